@@ -1,0 +1,159 @@
+"""Plain-Python reference drafters: the definitions the compiled core is tested against.
+
+`ReferenceAutomaton` is a generalised suffix automaton over several token streams ("members") that
+grow interleaved, e.g. a prompt and the responses of its GRPO siblings. Every appended token gets a
+global *time* (its index in the insertion log); a state's `rep` is the earliest time in its endpos
+set, so drafting from it gives the first occurrence in insertion order.
+
+`brute_force_draft` defines what a draft is, with no automaton at all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class _State:
+    length: int
+    link: int
+    rep: int  # earliest end time of this state's strings (min endpos)
+    next: dict[int, int] = field(default_factory=dict)
+
+
+class ReferenceAutomaton:
+    """Generalised online suffix automaton with per-member cursors.
+
+    A member is created with `add_member(parent)`: it continues the text of `parent` (a member whose
+    last token becomes its first context), or starts empty with `parent=None`.
+    """
+
+    def __init__(self) -> None:
+        self.states = [_State(length=0, link=-1, rep=-1)]
+        self.log_token: list[int] = []  # token at each time
+        self.log_next: list[int] = []  # time of the next token of the same member, -1 if none yet
+        self.log_prev: list[int] = []  # time of the previous token in the member's text, -1 at start
+        self.member_last: list[int] = []  # state of each member's whole text
+        self.member_time: list[int] = []  # time of each member's last token, -1 if empty
+
+    def add_member(self, parent: int | None = None) -> int:
+        self.member_last.append(0 if parent is None else self.member_last[parent])
+        self.member_time.append(-1 if parent is None else self.member_time[parent])
+        return len(self.member_last) - 1
+
+    def append(self, member: int, token: int) -> None:
+        time = len(self.log_token)
+        prev_time = self.member_time[member]
+        self.log_token.append(token)
+        self.log_next.append(-1)
+        self.log_prev.append(prev_time)
+        if prev_time >= 0 and self.log_next[prev_time] < 0:
+            # The first continuation of a shared position (e.g. the prompt's end) is the one drafts follow.
+            self.log_next[prev_time] = time
+        self.member_last[member] = self._extend(self.member_last[member], token, time)
+        self.member_time[member] = time
+
+    def _clone(self, q: int, length: int) -> int:
+        src = self.states[q]
+        self.states.append(_State(length=length, link=src.link, rep=src.rep, next=dict(src.next)))
+        return len(self.states) - 1
+
+    def _extend(self, last: int, token: int, time: int) -> int:
+        states = self.states
+        if token in states[last].next:
+            # The member's new text already occurs: reuse (or split) the existing state.
+            q = states[last].next[token]
+            if states[q].length == states[last].length + 1:
+                return q
+            clone = self._clone(q, states[last].length + 1)
+            p = last
+            while p != -1 and states[p].next.get(token) == q:
+                states[p].next[token] = clone
+                p = states[p].link
+            states[q].link = clone
+            return clone
+        cur = len(states)
+        states.append(_State(length=states[last].length + 1, link=0, rep=time))
+        p = last
+        while p != -1 and token not in states[p].next:
+            states[p].next[token] = cur
+            p = states[p].link
+        if p != -1:
+            q = states[p].next[token]
+            if states[p].length + 1 == states[q].length:
+                states[cur].link = q
+            else:
+                clone = self._clone(q, states[p].length + 1)
+                while p != -1 and states[p].next.get(token) == q:
+                    states[p].next[token] = clone
+                    p = states[p].link
+                states[q].link = clone
+                states[cur].link = clone
+        return cur
+
+    def continuation(self, time: int, k: int) -> list[int]:
+        out: list[int] = []
+        t = self.log_next[time] if time >= 0 else -1
+        while t >= 0 and len(out) < k:
+            out.append(self.log_token[t])
+            t = self.log_next[t]
+        return out
+
+    def draft(self, member: int, k: int) -> tuple[list[int], int]:
+        """Continuation after the first earlier occurrence of the member's longest repeated suffix."""
+        s = self.member_last[member]
+        while s > 0:  # a state whose first occurrence has no follower yet drafts nothing; try shorter
+            cont = self.continuation(self.states[s].rep, k)
+            if cont:
+                return cont, self.states[s].length
+            s = self.states[s].link
+        return [], 0
+
+
+def _text_ending_at(log_token: list[int], log_prev: list[int], time: int) -> list[int]:
+    out = []
+    while time >= 0:
+        out.append(log_token[time])
+        time = log_prev[time]
+    return out[::-1]
+
+
+def _common_suffix(a: list[int], b: list[int]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[-1 - n] == b[-1 - n]:
+        n += 1
+    return n
+
+
+def _draft_from_matches(ref: ReferenceAutomaton, text: list[int], k: int) -> tuple[list[int], int]:
+    """Among the suffixes of `text` whose first occurrence in `ref` (in insertion time) is followed by
+    at least one token, take the longest, and draft what follows that first occurrence."""
+    common = [_common_suffix(text, _text_ending_at(ref.log_token, ref.log_prev, t)) for t in range(len(ref.log_token))]
+    for length in range(len(text), 0, -1):
+        times = [t for t, n in enumerate(common) if n >= length]
+        if times:
+            cont = ref.continuation(times[0], k)
+            if cont:
+                return cont, length
+    return [], 0
+
+
+def brute_force_draft(ref: ReferenceAutomaton, member: int, k: int) -> tuple[list[int], int]:
+    """The draft by definition, with no automaton (`_draft_from_matches` of the member's own text).
+
+    For a single stream the member's own last token has no follower, so this is the longest
+    *repeated* suffix; a member that shares its position with another (siblings at the prompt's end)
+    drafts what the other appended there.
+    """
+    text = _text_ending_at(ref.log_token, ref.log_prev, ref.member_time[member])
+    return _draft_from_matches(ref, text, k)
+
+
+def brute_force_history_draft(history: list[list[int]], text: list[int], k: int) -> tuple[list[int], int]:
+    """The draft for `text` from a corpus of finished responses, each a member of its own."""
+    ref = ReferenceAutomaton()
+    for response in history:
+        m = ref.add_member()
+        for token in response:
+            ref.append(m, token)
+    return _draft_from_matches(ref, text, k)

@@ -1,0 +1,471 @@
+"""Exact, vectorised rejection sampling for speculative decoding.
+
+The algorithm is the one of Leviathan et al. (https://arxiv.org/abs/2211.17192),
+laid out with vLLM's conventions (``vllm/v1/sample/rejection_sampler.py``):
+
+* A batch of ``batch_size`` requests proposes ``num_tokens`` draft tokens in
+  total, flattened request after request. ``cu_num_draft_tokens[i]`` is the
+  number of draft tokens of requests ``0..i`` inclusive; a request may have none.
+* Output is ``[batch_size, max_spec_len + 1]`` int32, padded with
+  ``PLACEHOLDER_TOKEN_ID`` (-1): the accepted draft prefix, then either the
+  recovered token at the first rejection or, if every draft was accepted, the
+  bonus token.
+* Draft probabilities may be absent (``None``): the draft is then a point mass
+  on the proposed token ``x`` (model-free drafters such as n-gram or a suffix
+  automaton). It is accepted with probability ``p(x)``; on rejection the
+  recovered token is drawn from ``p`` with ``x`` removed, which is
+  ``max(p - onehot(x), 0)`` normalised.
+* A request whose temperature is ``<= GREEDY_TEMPERATURE`` is greedy: its
+  output is the target argmax chain up to the first mismatch.
+
+Randomness: per draft token one float64 uniform (accept test) and per request
+one exponential vector over the vocabulary (recovered-token race,
+``argmax(residual / noise)``). Sharing one noise vector across a request's
+positions is exact because only the recovered token at the first rejection is
+ever emitted. Requests with a ``torch.Generator`` in ``generators`` draw from
+it, uniforms first, then the noise, and only when they have draft tokens and
+are not greedy, so their tokens do not depend on the rest of the batch.
+
+No Python loop runs over requests or tokens; the only loop is over the seeded
+requests' generators, which cannot be batched (as in vLLM).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import torch
+
+PLACEHOLDER_TOKEN_ID = -1
+# Temperatures at or below this value mean greedy decoding. vLLM uses 0;
+# vLLM up to ~0.11 (and vllm-ascend 0.11) stored greedy as -1, also covered.
+GREEDY_TEMPERATURE = 0.0
+
+__all__ = [
+    "GREEDY_TEMPERATURE",
+    "PLACEHOLDER_TOKEN_ID",
+    "apply_sampling_constraints",
+    "apply_top_k_top_p",
+    "expand_batch_to_tokens",
+    "generate_recovery_noise",
+    "generate_uniform_probs",
+    "rejection_greedy_sample",
+    "rejection_random_sample",
+    "rejection_sample",
+    "sample_recovered_tokens",
+]
+
+
+# ---------------------------------------------------------------------------
+# Index helpers
+# ---------------------------------------------------------------------------
+
+
+def _num_tokens_per_request(cu_num_tokens: torch.Tensor) -> torch.Tensor:
+    """``[batch_size]`` cumulative counts -> ``[batch_size]`` per-request counts."""
+    return torch.diff(cu_num_tokens, prepend=cu_num_tokens.new_zeros(1))
+
+
+def _token_request_and_position(
+    cu_num_tokens: torch.Tensor, num_tokens: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Request index and position within the request of every token.
+
+    Returns two ``[num_tokens]`` int64 tensors.
+    """
+    batch_size = cu_num_tokens.shape[0]
+    device = cu_num_tokens.device
+    request_index = expand_batch_to_tokens(
+        torch.arange(batch_size, device=device), cu_num_tokens, num_tokens
+    )
+    request_start = (cu_num_tokens - _num_tokens_per_request(cu_num_tokens)).long()
+    position = torch.arange(num_tokens, device=device) - request_start[request_index]
+    return request_index, position
+
+
+def _scatter_to_grid(
+    values: torch.Tensor,
+    request_index: torch.Tensor,
+    position: torch.Tensor,
+    batch_size: int,
+    width: int,
+    fill_value: int | float | bool,
+) -> torch.Tensor:
+    """Place ``[num_tokens]`` values at ``[request, position]`` in a ``[batch_size, width]`` grid."""
+    grid = values.new_full((batch_size, width), fill_value)
+    grid[request_index, position] = values
+    return grid
+
+
+# ---------------------------------------------------------------------------
+# Batch -> token expansion and sampling constraints
+# ---------------------------------------------------------------------------
+
+
+def expand_batch_to_tokens(
+    x: torch.Tensor,
+    cu_num_tokens: torch.Tensor,
+    num_tokens: int,
+    replace_from: int | float = 0,
+    replace_to: int | float = 0,
+) -> torch.Tensor:
+    """Repeat each request's value once per draft token.
+
+    ``x``: ``[batch_size]``; ``cu_num_tokens``: ``[batch_size]`` cumulative
+    counts; returns ``[num_tokens]`` with ``x.dtype``. Entries equal to
+    ``replace_from`` become ``replace_to`` (vLLM uses this to turn the greedy
+    temperature into 1 before dividing). Example: ``x = [a, b, c]``,
+    ``cu_num_tokens = [2, 5, 6]`` gives ``[a, a, b, b, b, c]``.
+    """
+    assert x.shape[0] == cu_num_tokens.shape[0]
+    replaced = torch.where(x == replace_from, torch.as_tensor(replace_to, dtype=x.dtype), x)
+    return torch.repeat_interleave(
+        replaced, _num_tokens_per_request(cu_num_tokens), output_size=num_tokens
+    )
+
+
+def apply_top_k_top_p(
+    logits: torch.Tensor, top_k: torch.Tensor | None, top_p: torch.Tensor | None
+) -> torch.Tensor:
+    """Mask logits outside the top-k / top-p set with ``-inf`` (vLLM's PyTorch rule).
+
+    ``logits``: ``[num_rows, vocab_size]`` (modified in place and returned);
+    ``top_k``: ``[num_rows]`` ints, values ``<= 0`` or ``>= vocab_size`` disable it;
+    ``top_p``: ``[num_rows]`` floats in ``(0, 1]``, 1 disables it.
+    Top-k keeps every token tied with the k-th largest logit. Top-p then keeps
+    the smallest high-probability set whose mass reaches ``top_p``: in
+    ascending order a token is dropped when the cumulative mass up to and
+    including it is ``<= 1 - top_p``; the most likely token is always kept.
+    """
+    if top_k is None and top_p is None:
+        return logits
+    vocab_size = logits.shape[-1]
+    sorted_logits, sorted_index = logits.sort(dim=-1, descending=False)
+    if top_k is not None:
+        k = top_k.long()
+        k = torch.where((k <= 0) | (k > vocab_size), vocab_size, k)
+        kth_largest = sorted_logits.gather(1, (vocab_size - k).unsqueeze(1))
+        sorted_logits.masked_fill_(sorted_logits < kth_largest, float("-inf"))
+    if top_p is not None:
+        cumulative_mass = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
+        outside_top_p = cumulative_mass <= 1 - top_p.to(cumulative_mass.dtype).unsqueeze(1)
+        outside_top_p[:, -1] = False
+        sorted_logits.masked_fill_(outside_top_p, float("-inf"))
+    return logits.scatter_(dim=-1, index=sorted_index, src=sorted_logits)
+
+
+def apply_sampling_constraints(
+    target_logits: torch.Tensor,
+    cu_num_draft_tokens: torch.Tensor,
+    temperature: torch.Tensor,
+    top_k: torch.Tensor | None = None,
+    top_p: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Temperature, then top-k / top-p, per request, on float32 logits.
+
+    ``target_logits``: ``[num_tokens, vocab_size]`` (not modified);
+    ``temperature``, ``top_k``, ``top_p``: ``[batch_size]``.
+    Returns new ``[num_tokens, vocab_size]`` float32 logits. Greedy requests
+    are divided by 1, which keeps their argmax.
+    """
+    num_tokens = target_logits.shape[0]
+    temperature = temperature.to(torch.float32)
+    safe_temperature = torch.where(temperature <= GREEDY_TEMPERATURE, 1.0, temperature)
+    token_temperature = expand_batch_to_tokens(safe_temperature, cu_num_draft_tokens, num_tokens)
+    logits = target_logits.to(torch.float32) / token_temperature.unsqueeze(1)
+    token_top_k = None if top_k is None else expand_batch_to_tokens(top_k, cu_num_draft_tokens, num_tokens)
+    token_top_p = None if top_p is None else expand_batch_to_tokens(top_p, cu_num_draft_tokens, num_tokens)
+    return apply_top_k_top_p(logits, token_top_k, token_top_p)
+
+
+# ---------------------------------------------------------------------------
+# Random numbers
+# ---------------------------------------------------------------------------
+
+
+def _seeded_requests_that_draw(
+    generators: Mapping[int, torch.Generator],
+    num_draft_tokens: Sequence[int],
+    is_greedy: torch.Tensor | None,
+) -> list[int]:
+    """Seeded requests that consume random numbers this step: with drafts, not greedy."""
+    greedy_flags = None if is_greedy is None else is_greedy.tolist()
+    return [
+        request
+        for request in sorted(generators)
+        if num_draft_tokens[request] > 0 and not (greedy_flags and greedy_flags[request])
+    ]
+
+
+def generate_uniform_probs(
+    num_draft_tokens: Sequence[int],
+    generators: Mapping[int, torch.Generator],
+    device: torch.device | str,
+    is_greedy: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """One float64 uniform in [0, 1) per draft token: ``[num_tokens]``.
+
+    float64, as in vLLM, because float32 ``rand`` returns exactly 0.0 often
+    enough to matter. Seeded requests overwrite their slice from their generator.
+    """
+    num_tokens = sum(num_draft_tokens)
+    uniform_probs = torch.rand(num_tokens, dtype=torch.float64, device=device)
+    request_start = [0, *torch.tensor(num_draft_tokens, dtype=torch.long).cumsum(0).tolist()]
+    for request in _seeded_requests_that_draw(generators, num_draft_tokens, is_greedy):
+        start, end = request_start[request], request_start[request + 1]
+        uniform_probs[start:end].uniform_(generator=generators[request])
+    return uniform_probs
+
+
+def generate_recovery_noise(
+    num_draft_tokens: Sequence[int],
+    vocab_size: int,
+    generators: Mapping[int, torch.Generator],
+    device: torch.device | str,
+    is_greedy: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """One Exp(1) float32 vector over the vocabulary per request: ``[batch_size, vocab_size]``."""
+    noise = torch.empty(len(num_draft_tokens), vocab_size, dtype=torch.float32, device=device)
+    noise.exponential_()
+    for request in _seeded_requests_that_draw(generators, num_draft_tokens, is_greedy):
+        noise[request].exponential_(generator=generators[request])
+    return noise
+
+
+# ---------------------------------------------------------------------------
+# The three sampling steps
+# ---------------------------------------------------------------------------
+
+
+def sample_recovered_tokens(
+    cu_num_draft_tokens: torch.Tensor,
+    draft_token_ids: torch.Tensor,
+    draft_probs: torch.Tensor | None,
+    target_probs: torch.Tensor,
+    recovery_noise: torch.Tensor,
+) -> torch.Tensor:
+    """A recovered token for every draft position: ``[num_tokens]`` int64.
+
+    The token at a position is drawn from ``max(p - q, 0)`` normalised, with
+    ``q`` the draft distribution (``draft_probs`` ``[num_tokens, vocab_size]``)
+    or, when ``draft_probs`` is None, the point mass on the draft token.
+    Sampling is the exponential race ``argmax(residual / noise)`` with the
+    request's ``recovery_noise`` row (``[batch_size, vocab_size]``), which
+    picks token ``v`` with probability ``residual[v] / sum(residual)``.
+    A draft id < 0 (padding) removes nothing from ``p``.
+    """
+    num_tokens = draft_token_ids.shape[0]
+    if num_tokens == 0:
+        return draft_token_ids.new_empty(0, dtype=torch.long)
+    request_index, _ = _token_request_and_position(cu_num_draft_tokens, num_tokens)
+    if draft_probs is None:
+        residual = target_probs.clone()
+        is_real_draft = draft_token_ids >= 0
+        draft_column = draft_token_ids.clamp_min(0).long().unsqueeze(1)
+        kept_value = residual.gather(1, draft_column).squeeze(1) * ~is_real_draft
+        residual.scatter_(1, draft_column, kept_value.unsqueeze(1))
+    else:
+        residual = torch.clamp_min(target_probs - draft_probs, 0.0)
+    return (residual / recovery_noise[request_index]).argmax(dim=1)
+
+
+def _accepted_prefix_to_output(
+    output_token_ids: torch.Tensor,
+    cu_num_draft_tokens: torch.Tensor,
+    draft_token_ids: torch.Tensor,
+    accepted: torch.Tensor,
+    replacement_token_ids: torch.Tensor,
+    bonus_token_ids: torch.Tensor,
+    rows_to_write: torch.Tensor | None,
+) -> None:
+    """Write accepted drafts, then the replacement at the first rejection or the bonus.
+
+    ``accepted``, ``draft_token_ids``, ``replacement_token_ids``: ``[num_tokens]``;
+    ``bonus_token_ids``: ``[batch_size]`` or ``[batch_size, 1]``;
+    ``rows_to_write``: ``[batch_size]`` bool, None for all rows.
+    ``output_token_ids`` (``[batch_size, max_spec_len + 1]``) is updated in place.
+    """
+    batch_size, width = output_token_ids.shape
+    max_spec_len = width - 1
+    num_tokens = draft_token_ids.shape[0]
+    request_index, position = _token_request_and_position(cu_num_draft_tokens, num_tokens)
+    num_drafts = _num_tokens_per_request(cu_num_draft_tokens).long()
+
+    accepted_grid = _scatter_to_grid(accepted, request_index, position, batch_size, max_spec_len, False)
+    # Leading run of accepted drafts; padding counts as rejected, so it stops at the draft count.
+    num_accepted = accepted_grid.to(torch.int32).cumprod(dim=1).sum(dim=1)
+
+    draft_grid = _scatter_to_grid(
+        draft_token_ids.to(output_token_ids.dtype), request_index, position, batch_size, width,
+        PLACEHOLDER_TOKEN_ID,
+    )
+    # Replacement tokens at draft positions; the bonus sits just past the last draft.
+    replacement_grid = _scatter_to_grid(
+        replacement_token_ids.to(output_token_ids.dtype), request_index, position, batch_size,
+        width, PLACEHOLDER_TOKEN_ID,
+    )
+    replacement_grid[torch.arange(batch_size, device=output_token_ids.device), num_drafts] = (
+        bonus_token_ids.reshape(-1).to(output_token_ids.dtype)
+    )
+
+    column = torch.arange(width, device=output_token_ids.device).unsqueeze(0)
+    num_accepted = num_accepted.unsqueeze(1)
+    sampled = torch.where(
+        column < num_accepted,
+        draft_grid,
+        torch.where(column == num_accepted, replacement_grid, PLACEHOLDER_TOKEN_ID),
+    )
+    if rows_to_write is not None:
+        sampled = torch.where(rows_to_write.unsqueeze(1), sampled, output_token_ids)
+    output_token_ids.copy_(sampled)
+
+
+def rejection_greedy_sample(
+    output_token_ids: torch.Tensor,
+    cu_num_draft_tokens: torch.Tensor,
+    draft_token_ids: torch.Tensor,
+    target_argmax: torch.Tensor,
+    bonus_token_ids: torch.Tensor,
+    is_greedy: torch.Tensor | None,
+) -> None:
+    """Greedy verification, in place on ``output_token_ids`` ``[batch_size, max_spec_len + 1]``.
+
+    Drafts equal to the target argmax (``[num_tokens]``) are kept; the first
+    mismatch is replaced by the argmax; if none, the bonus token is appended.
+    Only rows with ``is_greedy`` (``[batch_size]`` bool) are written; None means all.
+    """
+    _accepted_prefix_to_output(
+        output_token_ids,
+        cu_num_draft_tokens,
+        draft_token_ids,
+        accepted=draft_token_ids == target_argmax,
+        replacement_token_ids=target_argmax,
+        bonus_token_ids=bonus_token_ids,
+        rows_to_write=is_greedy,
+    )
+
+
+def rejection_random_sample(
+    output_token_ids: torch.Tensor,
+    cu_num_draft_tokens: torch.Tensor,
+    draft_token_ids: torch.Tensor,
+    draft_probs: torch.Tensor | None,
+    target_probs: torch.Tensor,
+    bonus_token_ids: torch.Tensor,
+    recovered_token_ids: torch.Tensor,
+    uniform_probs: torch.Tensor,
+    is_greedy: torch.Tensor | None,
+) -> None:
+    """Stochastic verification, in place on ``output_token_ids`` ``[batch_size, max_spec_len + 1]``.
+
+    Draft ``x`` at a position is accepted when ``q(x) > 0`` and
+    ``p(x) / q(x) >= u`` (``q(x) = 1`` without ``draft_probs``); the ratio is
+    taken in float64, like the Python-float loops it replaces. The first
+    rejected position takes its ``recovered_token_ids`` entry; if none is
+    rejected the bonus token is appended. Only rows where ``is_greedy`` is
+    False are written (None: all rows).
+    Shapes: ``draft_token_ids``, ``recovered_token_ids``, ``uniform_probs``:
+    ``[num_tokens]``; ``draft_probs``, ``target_probs``: ``[num_tokens, vocab_size]``;
+    ``bonus_token_ids``: ``[batch_size]`` or ``[batch_size, 1]``.
+    """
+    is_real_draft = draft_token_ids >= 0
+    draft_column = draft_token_ids.clamp_min(0).long().unsqueeze(1)
+    target_prob = target_probs.gather(1, draft_column).squeeze(1).double()
+    if draft_probs is None:
+        draft_prob = torch.ones_like(target_prob)
+    else:
+        draft_prob = draft_probs.gather(1, draft_column).squeeze(1).double()
+    accepted = is_real_draft & (draft_prob > 0) & (target_prob / draft_prob >= uniform_probs)
+    _accepted_prefix_to_output(
+        output_token_ids,
+        cu_num_draft_tokens,
+        draft_token_ids,
+        accepted=accepted,
+        replacement_token_ids=recovered_token_ids,
+        bonus_token_ids=bonus_token_ids,
+        rows_to_write=None if is_greedy is None else ~is_greedy,
+    )
+
+
+# ---------------------------------------------------------------------------
+# Top level
+# ---------------------------------------------------------------------------
+
+
+def rejection_sample(
+    draft_token_ids: torch.Tensor,
+    num_draft_tokens: Sequence[int],
+    max_spec_len: int,
+    cu_num_draft_tokens: torch.Tensor,
+    draft_probs: torch.Tensor | None,
+    target_logits: torch.Tensor,
+    bonus_token_ids: torch.Tensor,
+    temperature: torch.Tensor,
+    top_k: torch.Tensor | None = None,
+    top_p: torch.Tensor | None = None,
+    generators: Mapping[int, torch.Generator] | None = None,
+    uniform_probs: torch.Tensor | None = None,
+    recovery_noise: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Verify a batch of drafts against the target model; returns ``[batch_size, max_spec_len + 1]`` int32.
+
+    Args:
+        draft_token_ids: ``[num_tokens]`` drafts, request after request.
+        num_draft_tokens: ``[batch_size]`` drafts per request (Python ints).
+        max_spec_len: output width minus one; ``>= max(num_draft_tokens)``.
+        cu_num_draft_tokens: ``[batch_size]`` cumulative ``num_draft_tokens``.
+        draft_probs: ``[num_tokens, vocab_size]`` draft distributions, or None
+            for point-mass drafts.
+        target_logits: ``[num_tokens, vocab_size]`` target logits at the draft
+            positions (not modified).
+        bonus_token_ids: ``[batch_size, 1]`` (or ``[batch_size]``) token sampled
+            by the caller from the target after the last draft.
+        temperature: ``[batch_size]``; ``<= GREEDY_TEMPERATURE`` means greedy.
+        top_k, top_p: ``[batch_size]`` or None, applied to the target logits
+            after the temperature, before the softmax.
+        generators: request index -> generator for seeded requests.
+        uniform_probs: optional pre-drawn ``[num_tokens]`` float64 uniforms.
+        recovery_noise: optional pre-drawn ``[batch_size, vocab_size]`` Exp(1)
+            noise. Pre-drawn numbers make two implementations comparable token
+            for token; when given, ``generators`` is not consulted for them.
+    """
+    batch_size = len(num_draft_tokens)
+    num_tokens, vocab_size = target_logits.shape
+    assert draft_token_ids.shape == (num_tokens,)
+    assert cu_num_draft_tokens.shape == (batch_size,)
+    assert draft_probs is None or draft_probs.shape == (num_tokens, vocab_size)
+    assert max(num_draft_tokens, default=0) <= max_spec_len
+    device = target_logits.device
+    generators = generators or {}
+
+    output_token_ids = torch.full(
+        (batch_size, max_spec_len + 1), PLACEHOLDER_TOKEN_ID, dtype=torch.int32, device=device
+    )
+    is_greedy = temperature <= GREEDY_TEMPERATURE
+    # One host sync to pick the paths; fine for CPU and for verifying the algorithm.
+    any_greedy, all_greedy = bool(is_greedy.any()), bool(is_greedy.all())
+    logits = apply_sampling_constraints(target_logits, cu_num_draft_tokens, temperature, top_k, top_p)
+
+    if any_greedy:
+        rejection_greedy_sample(
+            output_token_ids, cu_num_draft_tokens, draft_token_ids, logits.argmax(dim=1),
+            bonus_token_ids, None if all_greedy else is_greedy,
+        )
+        if all_greedy:
+            return output_token_ids
+
+    target_probs = logits.softmax(dim=-1)
+    if uniform_probs is None:
+        uniform_probs = generate_uniform_probs(num_draft_tokens, generators, device, is_greedy)
+    if recovery_noise is None:
+        recovery_noise = generate_recovery_noise(
+            num_draft_tokens, vocab_size, generators, device, is_greedy
+        )
+    recovered_token_ids = sample_recovered_tokens(
+        cu_num_draft_tokens, draft_token_ids, draft_probs, target_probs, recovery_noise
+    )
+    rejection_random_sample(
+        output_token_ids, cu_num_draft_tokens, draft_token_ids, draft_probs, target_probs,
+        bonus_token_ids, recovered_token_ids, uniform_probs, is_greedy if any_greedy else None,
+    )
+    return output_token_ids
