@@ -14,7 +14,8 @@ Each automaton `a` owns three arrays, held in numba typed lists indexed by `a`:
   Empty slots hold -1.
 
 Per-automaton counters live in `meta[a]` (int64); per-request cursors in `cursor[r]` (int64).
-Functions that may grow an array re-read it from its typed list afterwards.
+Typed-list access costs tens of nanoseconds, so the per-token functions work on plain arrays and
+return any array they had to grow; batch kernels touch the lists once per request.
 """
 
 from __future__ import annotations
@@ -86,6 +87,34 @@ def _grown(size, need):
     return need if need > new else new
 
 
+# Hot functions return integers only: a numba function that returns an array into a loop costs
+# ~30 ns a call. Room is reserved before each token, and arrays grow between tokens.
+@njit(cache=True)
+def _grow(array, used, need, fill):
+    bigger = np.empty(_grown(array.size, need), dtype=np.int32)
+    bigger[:used] = array[:used]
+    if fill:
+        bigger[used:] = -1
+    return bigger
+
+
+@njit(cache=True)
+def reserve_states(states, m, extra):
+    """states with room for `extra` more states."""
+    used = m[M_STATES] * STATE_WIDTH
+    need = used + extra * STATE_WIDTH
+    return states if need <= states.size else _grow(states, used, need, False)
+
+
+@njit(cache=True)
+def reserve_log(log, m, tokens):
+    """log with room for `tokens` more tokens of one member: a chunk per CHUNK - 1 tokens, plus a
+    fresh chunk when the member cannot continue in place, plus the link chunk."""
+    used = m[M_LOG]
+    need = used + (tokens // (CHUNK - 1) + 2) * CHUNK
+    return log if need <= log.size else _grow(log, used, need, True)
+
+
 # ============================================================================ edge blocks ======
 @njit(cache=True, inline="always")
 def _class_pairs(cls):
@@ -98,37 +127,32 @@ def _hash_slot(token, mask):
 
 
 @njit(cache=True)
-def _alloc_block(edge_lists, meta, a, cls):
+def _alloc_block(edges, m, cls):
+    """A cleared block of size class cls (room reserved by the caller). Returns its block id."""
     size = _class_pairs(cls)
-    edges = edge_lists[a]
-    head = meta[a, M_FREE + cls]
+    head = m[M_FREE + cls]
     if head >= 0:
-        meta[a, M_FREE + cls] = edges[2 * head]  # a free block keeps the next free one in its token slot
+        m[M_FREE + cls] = edges[2 * head]  # a free block keeps the next free one in its token slot
         off = head
     else:
-        off = meta[a, M_PAIRS]
-        need = off + size
-        if 2 * need > edges.size:
-            bigger = np.empty(2 * _grown(edges.size // 2, need), dtype=np.int32)
-            bigger[: 2 * off] = edges[: 2 * off]
-            edge_lists[a] = bigger
-            edges = bigger
-        meta[a, M_PAIRS] = need
-    edges[2 * off : 2 * (off + size)] = -1
+        off = m[M_PAIRS]
+        m[M_PAIRS] = off + size
+    for i in range(2 * off, 2 * (off + size)):
+        edges[i] = -1
     if cls > MAX_LINEAR_CLASS:
         edges[2 * off] = 0  # header: degree
     return (cls << OFFSET_BITS) | off
 
 
 @njit(cache=True)
-def _free_block(edge_lists, meta, a, block):
+def _free_block(edges, m, block):
     cls = block >> OFFSET_BITS
     off = block & OFFSET_MASK
-    edge_lists[a][2 * off] = meta[a, M_FREE + cls]
-    meta[a, M_FREE + cls] = off
+    edges[2 * off] = m[M_FREE + cls]
+    m[M_FREE + cls] = off
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def get_edge(edges, block, token):
     """Target of `token` from a state with edge block `block`, or -1."""
     if block == NO_BLOCK:
@@ -155,25 +179,9 @@ def get_edge(edges, block, token):
         i = (i + 1) & mask
 
 
-@njit(cache=True)
-def _block_degree(edges, block):
-    if block == NO_BLOCK:
-        return 0
-    cls = block >> OFFSET_BITS
-    off = block & OFFSET_MASK
-    if cls > MAX_LINEAR_CLASS:
-        return edges[2 * off]
-    n = 0
-    for i in range(off, off + (1 << cls)):
-        if edges[2 * i] < 0:
-            break
-        n += 1
-    return n
-
-
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _block_put(edges, block, token, target):
-    """Set token -> target in a block known to have room. Returns 1 if the edge is new."""
+    """Set token -> target in a block. Returns the degree after, or -1 if a linear block is full."""
     cls = block >> OFFSET_BITS
     off = block & OFFSET_MASK
     if cls <= MAX_LINEAR_CLASS:
@@ -182,8 +190,8 @@ def _block_put(edges, block, token, target):
             if t == token or t < 0:
                 edges[2 * i] = token
                 edges[2 * i + 1] = target
-                return 1 if t < 0 else 0
-        return -1  # unreachable when the caller made room
+                return i - off + 1
+        return -1
     mask = (1 << cls) - 1
     base = off + 1
     i = _hash_slot(token, mask)
@@ -194,15 +202,12 @@ def _block_put(edges, block, token, target):
             edges[2 * (base + i) + 1] = target
             if t < 0:
                 edges[2 * off] += 1
-                return 1
-            return 0
+            return edges[2 * off]
         i = (i + 1) & mask
 
 
 @njit(cache=True)
 def _class_for_degree(degree):
-    if degree <= 1:
-        return 0
     if degree <= 8:
         cls = 0
         while (1 << cls) < degree:
@@ -215,118 +220,149 @@ def _class_for_degree(degree):
 
 
 @njit(cache=True)
-def _copy_edges(edges, src_block, dst_block):
+def _move_edges(edges, src_block, dst_block):
+    """Copy every edge of src_block into dst_block; returns how many."""
     cls = src_block >> OFFSET_BITS
     off = src_block & OFFSET_MASK
+    n = 0
     if cls <= MAX_LINEAR_CLASS:
         for i in range(off, off + (1 << cls)):
             if edges[2 * i] < 0:
                 break
             _block_put(edges, dst_block, edges[2 * i], edges[2 * i + 1])
+            n += 1
     else:
         for i in range(off + 1, off + 1 + (1 << cls)):
             if edges[2 * i] >= 0:
                 _block_put(edges, dst_block, edges[2 * i], edges[2 * i + 1])
+                n += 1
+    return n
 
 
 @njit(cache=True)
-def set_edge(state_lists, edge_lists, meta, a, s, token, target):
-    """Add or redirect the edge s --token--> target, growing the state's block when full."""
-    states = state_lists[a]
+def _block_degree(edges, block):
+    cls = block >> OFFSET_BITS
+    off = block & OFFSET_MASK
+    if cls > MAX_LINEAR_CLASS:
+        return edges[2 * off]
+    n = 0
+    while n < (1 << cls) and edges[2 * (off + n)] >= 0:
+        n += 1
+    return n
+
+
+@njit(cache=True)
+def _pairs_for_new_edge(edges, block):
+    """Pairs the allocator hands out when a state with this block gains one edge."""
+    if block == NO_BLOCK:
+        return _class_pairs(0)
+    cls = block >> OFFSET_BITS
+    degree = _block_degree(edges, block) + 1
+    fits = degree <= (1 << cls) if cls <= MAX_LINEAR_CLASS else 2 * degree <= (1 << cls)
+    return 0 if fits else _class_pairs(_class_for_degree(degree))
+
+
+@njit(cache=True)
+def pairs_needed(states, edges, last, token):
+    """Upper bound on the edge pairs that extending `last` by `token` allocates: one new edge per
+    state on the suffix-link path that lacks `token`, and a copy of the block of a state split."""
+    need = 0
+    p = last
+    while p != -1:
+        block = states[p * STATE_WIDTH + S_BLOCK]
+        q = get_edge(edges, block, token)
+        if q >= 0:
+            qb = states[q * STATE_WIDTH + S_BLOCK]
+            if states[p * STATE_WIDTH + S_LEN] + 1 != states[q * STATE_WIDTH + S_LEN]:
+                # The clone copies q's block, which may have grown (or appeared) if q was on the path.
+                now = _class_pairs(qb >> OFFSET_BITS) if qb != NO_BLOCK else 0
+                need += max(now, _pairs_for_new_edge(edges, qb))
+            return need
+        need += _pairs_for_new_edge(edges, block)
+        p = states[p * STATE_WIDTH + S_LINK]
+    return need
+
+
+@njit(cache=True)
+def set_edge(states, edges, m, s, token, target):
+    """Add or redirect the edge s --token--> target, moving the state's edges to a bigger block
+    when full (room reserved by the caller)."""
     block = states[s * STATE_WIDTH + S_BLOCK]
-    edges = edge_lists[a]
-    if block != NO_BLOCK:
-        degree = _block_degree(edges, block)
-        cls = block >> OFFSET_BITS
-        full = degree >= (1 << cls) if cls <= MAX_LINEAR_CLASS else 2 * (degree + 1) > (1 << cls)
-        if not full or get_edge(edges, block, token) >= 0:
-            _block_put(edges, block, token, target)
-            return
-        new_block = _alloc_block(edge_lists, meta, a, _class_for_degree(degree + 1))
-        edges = edge_lists[a]
-        _copy_edges(edges, block, new_block)
-        _free_block(edge_lists, meta, a, block)
-    else:
-        new_block = _alloc_block(edge_lists, meta, a, 0)
-        edges = edge_lists[a]
-    _block_put(edges, new_block, token, target)
-    states[s * STATE_WIDTH + S_BLOCK] = new_block
+    if block == NO_BLOCK:
+        block = _alloc_block(edges, m, 0)
+        states[s * STATE_WIDTH + S_BLOCK] = block
+    cls = block >> OFFSET_BITS
+    degree = _block_put(edges, block, token, target)
+    if degree >= 0 and (cls <= MAX_LINEAR_CLASS or 2 * degree <= (1 << cls)):
+        return
+    # Full linear block (put refused) or hash block now over half full: move to the next class.
+    count = degree if degree >= 0 else (1 << cls) + 1
+    bigger = _alloc_block(edges, m, _class_for_degree(count))
+    _move_edges(edges, block, bigger)
+    if degree < 0:
+        _block_put(edges, bigger, token, target)
+    _free_block(edges, m, block)
+    states[s * STATE_WIDTH + S_BLOCK] = bigger
 
 
 # ============================================================================ states ===========
-@njit(cache=True)
-def _new_state(state_lists, meta, a, length, link, rep):
-    n = meta[a, M_STATES]
-    states = state_lists[a]
-    if (n + 1) * STATE_WIDTH > states.size:
-        bigger = np.empty(_grown(states.size // STATE_WIDTH, n + 1) * STATE_WIDTH, dtype=np.int32)
-        bigger[: n * STATE_WIDTH] = states[: n * STATE_WIDTH]
-        state_lists[a] = bigger
-        states = bigger
+@njit(cache=True, inline="always")
+def _new_state(states, m, length, link, rep):
+    """Append a state (room reserved by the caller: at most two per token). Returns its index."""
+    n = m[M_STATES]
     b = n * STATE_WIDTH
     states[b + S_LEN] = length
     states[b + S_LINK] = link
     states[b + S_REP] = rep
     states[b + S_BLOCK] = NO_BLOCK
-    meta[a, M_STATES] = n + 1
+    m[M_STATES] = n + 1
     return n
 
 
 @njit(cache=True)
-def _clone(state_lists, edge_lists, meta, a, q, length):
-    states = state_lists[a]
-    c = _new_state(state_lists, meta, a, length, states[q * STATE_WIDTH + S_LINK], states[q * STATE_WIDTH + S_REP])
-    states = state_lists[a]
+def _split(states, edges, m, p, token, q, length):
+    """Clone q with the given length, point p's suffix-link path at the clone, link q to it.
+    Returns the clone."""
+    c = _new_state(states, m, length, states[q * STATE_WIDTH + S_LINK], states[q * STATE_WIDTH + S_REP])
     block = states[q * STATE_WIDTH + S_BLOCK]
     if block != NO_BLOCK:
-        copy = _alloc_block(edge_lists, meta, a, block >> OFFSET_BITS)
-        _copy_edges(edge_lists[a], block, copy)
+        copy = _alloc_block(edges, m, block >> OFFSET_BITS)
+        _move_edges(edges, block, copy)
         states[c * STATE_WIDTH + S_BLOCK] = copy
+    while p != -1 and get_edge(edges, states[p * STATE_WIDTH + S_BLOCK], token) == q:
+        set_edge(states, edges, m, p, token, c)
+        p = states[p * STATE_WIDTH + S_LINK]
+    states[q * STATE_WIDTH + S_LINK] = c
     return c
 
 
 @njit(cache=True)
-def _redirect(state_lists, edge_lists, meta, a, p, token, q, clone):
-    """Point every edge p --token--> q up the suffix-link path at clone instead."""
-    states = state_lists[a]
-    while p != -1 and get_edge(edge_lists[a], states[p * STATE_WIDTH + S_BLOCK], token) == q:
-        set_edge(state_lists, edge_lists, meta, a, p, token, clone)
-        p = states[p * STATE_WIDTH + S_LINK]
-
-
-@njit(cache=True)
-def extend_state(state_lists, edge_lists, meta, a, last, token, pos):
+def extend_state(states, edges, m, last, token, pos):
     """Generalised online SAM extension of the text ending in `last` by `token` at log `pos`.
 
-    Returns the state of the extended text. Amortised O(1) per token.
+    Returns the state of the extended text. Amortised O(1) per token; room for two states and
+    `pairs_needed` edge pairs is reserved by the caller.
     """
-    states = state_lists[a]
     last_len = states[last * STATE_WIDTH + S_LEN]
-    q = get_edge(edge_lists[a], states[last * STATE_WIDTH + S_BLOCK], token)
+    q = get_edge(edges, states[last * STATE_WIDTH + S_BLOCK], token)
     if q >= 0:  # the extended text already occurs (another member wrote it): reuse or split
         if states[q * STATE_WIDTH + S_LEN] == last_len + 1:
             return q
-        clone = _clone(state_lists, edge_lists, meta, a, q, last_len + 1)
-        _redirect(state_lists, edge_lists, meta, a, last, token, q, clone)
-        states = state_lists[a]
-        states[q * STATE_WIDTH + S_LINK] = clone
-        return clone
-    cur = _new_state(state_lists, meta, a, last_len + 1, 0, pos)
-    states = state_lists[a]
+        return _split(states, edges, m, last, token, q, last_len + 1)
+    cur = _new_state(states, m, last_len + 1, 0, pos)
     p = last
-    while p != -1 and get_edge(edge_lists[a], states[p * STATE_WIDTH + S_BLOCK], token) < 0:
-        set_edge(state_lists, edge_lists, meta, a, p, token, cur)
+    while p != -1:
+        q = get_edge(edges, states[p * STATE_WIDTH + S_BLOCK], token)
+        if q >= 0:
+            break
+        set_edge(states, edges, m, p, token, cur)
         p = states[p * STATE_WIDTH + S_LINK]
     if p != -1:
-        q = get_edge(edge_lists[a], states[p * STATE_WIDTH + S_BLOCK], token)
-        if states[p * STATE_WIDTH + S_LEN] + 1 == states[q * STATE_WIDTH + S_LEN]:
+        p_len = states[p * STATE_WIDTH + S_LEN]
+        if p_len + 1 == states[q * STATE_WIDTH + S_LEN]:
             states[cur * STATE_WIDTH + S_LINK] = q
         else:
-            clone = _clone(state_lists, edge_lists, meta, a, q, states[p * STATE_WIDTH + S_LEN] + 1)
-            _redirect(state_lists, edge_lists, meta, a, p, token, q, clone)
-            states = state_lists[a]
-            states[q * STATE_WIDTH + S_LINK] = clone
-            states[cur * STATE_WIDTH + S_LINK] = clone
+            states[cur * STATE_WIDTH + S_LINK] = _split(states, edges, m, p, token, q, p_len + 1)
     return cur
 
 
@@ -342,47 +378,40 @@ def follower(log, pos):
     return nxt
 
 
-@njit(cache=True)
-def _new_chunk(log_lists, meta, a):
-    off = meta[a, M_LOG]
-    log = log_lists[a]
-    if off + CHUNK > log.size:
-        bigger = np.full(_grown(log.size // CHUNK, off // CHUNK + 1) * CHUNK, -1, dtype=np.int32)
-        bigger[:off] = log[:off]
-        log_lists[a] = bigger
-    meta[a, M_LOG] = off + CHUNK
+@njit(cache=True, inline="always")
+def _new_chunk(m):
+    """Offset of a fresh chunk (room reserved by the caller)."""
+    off = m[M_LOG]
+    m[M_LOG] = off + CHUNK
     return off
 
 
-@njit(cache=True)
-def write_token(log_lists, meta, a, pos, token):
-    """Write `token` after log position `pos` (-1: a fresh start) and return its position.
+@njit(cache=True, inline="always")
+def write_token(log, m, pos, token):
+    """Write `token` after log position `pos` (-1: a fresh start). Returns its position.
 
     The slot after `pos` is taken when another member already continued from there; then the
     writer starts a chunk of its own, linked from nowhere (its earlier text lives in the shared part).
     """
-    log = log_lists[a]
     nxt = -1
     if pos >= 0:
         nxt = pos + 1
         if nxt % CHUNK == CHUNK - 1:  # end of chunk: follow or create the link
             link = log[nxt]
             if link < 0:
-                link = _new_chunk(log_lists, meta, a)
-                log = log_lists[a]
+                link = _new_chunk(m)
                 log[nxt] = link
             nxt = link
         if log[nxt] >= 0:
             nxt = -1
     if nxt < 0:
-        nxt = _new_chunk(log_lists, meta, a)
-        log = log_lists[a]
+        nxt = _new_chunk(m)
     log[nxt] = token
-    meta[a, M_TOKENS] += 1
+    m[M_TOKENS] += 1
     return nxt
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def continuation_length(log, pos, k):
     n = 0
     p = follower(log, pos)
@@ -400,15 +429,16 @@ def copy_continuation(log, pos, count, out):
         p = follower(log, p)
 
 
+@njit(cache=True)
+def read_tokens(log, pos, count, out):
+    """out[:count] = the member's tokens from log position pos on."""
+    for i in range(count):
+        out[i] = log[pos]
+        pos = follower(log, pos)
+
+
 # ============================================================================ requests =========
-@njit(cache=True)
-def append_to_member(state_lists, edge_lists, log_lists, meta, a, state, pos, token):
-    """Append one token to a member's text: log it, then extend the automaton."""
-    new_pos = write_token(log_lists, meta, a, pos, token)
-    return extend_state(state_lists, edge_lists, meta, a, state, token, new_pos), new_pos
-
-
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _track(states, edges, cursor, r, field, token):
     """Advance a request's match in a (read-only) history automaton by one token."""
     v = cursor[r, field]
@@ -427,7 +457,7 @@ def _track(states, edges, cursor, r, field, token):
         length = states[v * STATE_WIDTH + S_LEN]
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _normalise(states, v, length):
     """The state that holds the suffix of `length` ending in state v's class, after later splits."""
     while v > 0 and length <= states[states[v * STATE_WIDTH + S_LINK] * STATE_WIDTH + S_LEN]:
@@ -436,28 +466,84 @@ def _normalise(states, v, length):
 
 
 @njit(cache=True)
-def append_tokens(state_lists, edge_lists, log_lists, meta, cursor, history, r, tokens, start, stop):
-    """Append tokens[start:stop] to request r (its group automaton and its history matches)."""
-    a = cursor[r, R_AUTO]
-    state = cursor[r, R_STATE]
-    pos = cursor[r, R_POS]
-    first = cursor[r, R_FIRST]
+def _append_in_place(states, edges, log, m, state, pos, first, tokens, start, stop):
+    """Append tokens[start:stop] to one member while the edge pool has room.
+
+    Returns (tokens done up to, state, pos, first pos written)."""
+    free = edges.size // 2 - m[M_PAIRS]
     for j in range(start, stop):
         token = tokens[j]
-        state, pos = append_to_member(state_lists, edge_lists, log_lists, meta, a, state, pos, token)
+        need = pairs_needed(states, edges, state, token)
+        if need > free:
+            return j, state, pos, first
+        pos = write_token(log, m, pos, token)
         if first < 0:
             first = pos
-        for g in range(NUM_HISTORY):
-            h = history[g]
-            if h >= 0:
-                hs = state_lists[h]
-                field = R_HIST + 2 * g
-                cursor[r, field] = _normalise(hs, cursor[r, field], cursor[r, field + 1])
-                _track(hs, edge_lists[h], cursor, r, field, token)
+        state = extend_state(states, edges, m, state, token, pos)
+        free = edges.size // 2 - m[M_PAIRS]
+    return stop, state, pos, first
+
+
+@njit(cache=True)
+def append_run(state_lists, edge_lists, log_lists, meta, a, state, pos, tokens, start, stop):
+    """Append tokens[start:stop] to one member of automaton a, growing its arrays between tokens.
+
+    Returns (state, pos, first log position written or -1)."""
+    m = meta[a]
+    states = reserve_states(state_lists[a], m, 2 * (stop - start))
+    log = reserve_log(log_lists[a], m, stop - start)
+    state_lists[a] = states
+    log_lists[a] = log
+    edges = edge_lists[a]
+    first = -1
+    j = start
+    while True:
+        j, state, pos, first = _append_in_place(states, edges, log, m, state, pos, first, tokens, j, stop)
+        if 2 * m[M_PAIRS] > edges.size or m[M_STATES] * STATE_WIDTH > states.size or m[M_LOG] > log.size:
+            raise RuntimeError("suffix automaton overran its reserved room (a bug in pairs_needed)")
+        if j == stop:
+            return state, pos, first
+        used = 2 * m[M_PAIRS]
+        edges = _grow(edges, used, used + 2 * pairs_needed(states, edges, state, tokens[j]), False)
+        edge_lists[a] = edges
+
+
+@njit(cache=True)
+def _history_arrays(state_lists, edge_lists, history):
+    """The history generations' arrays, fetched once per batch (empty where a generation is absent)."""
+    empty = np.empty(0, dtype=np.int32)
+    hs0, he0, hs1, he1 = empty, empty, empty, empty
+    if history[0] >= 0:
+        hs0, he0 = state_lists[history[0]], edge_lists[history[0]]
+    if history[1] >= 0:
+        hs1, he1 = state_lists[history[1]], edge_lists[history[1]]
+    return hs0, he0, hs1, he1
+
+
+@njit(cache=True)
+def _track_run(hs, he, cursor, r, field, tokens, start, stop):
+    if hs.size == 0:
+        return
+    cursor[r, field] = _normalise(hs, cursor[r, field], cursor[r, field + 1])
+    for j in range(start, stop):
+        _track(hs, he, cursor, r, field, tokens[j])
+
+
+@njit(cache=True)
+def append_tokens(state_lists, edge_lists, log_lists, meta, cursor, hist, r, tokens, start, stop):
+    """Append tokens[start:stop] to request r: its group automaton and its history matches."""
+    if stop <= start:
+        return
+    state, pos, first = append_run(state_lists, edge_lists, log_lists, meta, cursor[r, R_AUTO],
+                                   cursor[r, R_STATE], cursor[r, R_POS], tokens, start, stop)
     cursor[r, R_STATE] = state
     cursor[r, R_POS] = pos
-    cursor[r, R_FIRST] = first
+    if cursor[r, R_FIRST] < 0:
+        cursor[r, R_FIRST] = first
     cursor[r, R_TOKENS] += stop - start
+    hs0, he0, hs1, he1 = hist
+    _track_run(hs0, he0, cursor, r, R_HIST, tokens, start, stop)
+    _track_run(hs1, he1, cursor, r, R_HIST + 2, tokens, start, stop)
 
 
 @njit(cache=True)
@@ -473,23 +559,26 @@ def sync_rows(state_lists, edge_lists, log_lists, meta, cursor, history, slots, 
     """Append rows[i, seen:row_lengths[i]] to request slots[i], for the whole batch.
 
     Checks every row first: returns the batch index of the first row that is shorter than what was
-    already seen or holds a negative id, and then appends nothing. Returns -1 on success.
+    already seen, longer than the array, or holds a negative id, and then appends nothing.
+    Returns -1 on success.
     """
     for i in range(slots.size):
         seen = cursor[slots[i], R_TOKENS]
         if row_lengths[i] < seen or row_lengths[i] > rows.shape[1] or first_invalid(rows[i], seen, row_lengths[i]) >= 0:
             return i
+    hist = _history_arrays(state_lists, edge_lists, history)
     for i in range(slots.size):
         r = slots[i]
-        append_tokens(state_lists, edge_lists, log_lists, meta, cursor, history, r, rows[i], cursor[r, R_TOKENS], row_lengths[i])
+        append_tokens(state_lists, edge_lists, log_lists, meta, cursor, hist, r, rows[i], cursor[r, R_TOKENS], row_lengths[i])
     return -1
 
 
 @njit(cache=True)
 def extend_flat(state_lists, edge_lists, log_lists, meta, cursor, history, slots, tokens, offsets):
     """Append tokens[offsets[i]:offsets[i+1]] to request slots[i] (validated by the caller)."""
+    hist = _history_arrays(state_lists, edge_lists, history)
     for i in range(slots.size):
-        append_tokens(state_lists, edge_lists, log_lists, meta, cursor, history, slots[i], tokens, offsets[i], offsets[i + 1])
+        append_tokens(state_lists, edge_lists, log_lists, meta, cursor, hist, slots[i], tokens, offsets[i], offsets[i + 1])
 
 
 @njit(cache=True)
@@ -497,30 +586,16 @@ def insert_text(state_lists, edge_lists, log_lists, meta, a, tokens):
     """Insert a text as a new member starting empty (a group's prompt, a finished response).
 
     Returns the state and log position of its end."""
-    state, pos = 0, -1
-    for j in range(tokens.size):
-        state, pos = append_to_member(state_lists, edge_lists, log_lists, meta, a, state, pos, tokens[j])
+    state, pos, _ = append_run(state_lists, edge_lists, log_lists, meta, a, 0, -1, tokens, 0, tokens.size)
     return state, pos
 
 
 @njit(cache=True)
 def track_history(state_lists, edge_lists, cursor, history, r, tokens):
     """Advance request r's history matches over tokens it already holds (its prompt)."""
-    for g in range(NUM_HISTORY):
-        h = history[g]
-        if h < 0:
-            continue
-        field = R_HIST + 2 * g
-        for j in range(tokens.size):
-            _track(state_lists[h], edge_lists[h], cursor, r, field, tokens[j])
-
-
-@njit(cache=True)
-def read_tokens(log, pos, count, out):
-    """out[:count] = the member's tokens from log position pos on."""
-    for i in range(count):
-        out[i] = log[pos]
-        pos = follower(log, pos)
+    hs0, he0, hs1, he1 = _history_arrays(state_lists, edge_lists, history)
+    _track_run(hs0, he0, cursor, r, R_HIST, tokens, 0, tokens.size)
+    _track_run(hs1, he1, cursor, r, R_HIST + 2, tokens, 0, tokens.size)
 
 
 # ============================================================================ drafting =========
@@ -555,24 +630,28 @@ def draft_length(match, k, min_match, scaled):
 def propose_batch(state_lists, log_lists, cursor, history, slots, k, min_match, scaled, use_history, out, out_len, out_match, out_source):
     """Drafts for requests slots[i] into out[i, :out_len[i]]; the longest match among the group
     automaton and the history generations wins (ties: group first, newer history next)."""
+    hs = (state_lists[history[0]] if history[0] >= 0 else np.empty(0, dtype=np.int32),
+          state_lists[history[1]] if history[1] >= 0 else np.empty(0, dtype=np.int32))
+    hl = (log_lists[history[0]] if history[0] >= 0 else np.empty(0, dtype=np.int32),
+          log_lists[history[1]] if history[1] >= 0 else np.empty(0, dtype=np.int32))
     for i in range(slots.size):
         r = slots[i]
         a = cursor[r, R_AUTO]
-        best, best_pos, best_n = _best_in(state_lists[a], log_lists[a], cursor[r, R_STATE],
-                                          state_lists[a][cursor[r, R_STATE] * STATE_WIDTH + S_LEN], k)
-        best_auto = a
-        source = SOURCE_GROUP if best > 0 else SOURCE_NONE
+        states = state_lists[a]
+        log = log_lists[a]
+        v = cursor[r, R_STATE]
+        best, best_pos, best_n = _best_in(states, log, v, states[v * STATE_WIDTH + S_LEN], k)
+        best_log = log
+        source = SOURCE_GROUP
         if use_history:
             for g in range(NUM_HISTORY):
-                h = history[g]
-                if h < 0:
+                if hs[g].size == 0:
                     continue
-                hs = state_lists[h]
                 field = R_HIST + 2 * g
-                v = _normalise(hs, cursor[r, field], cursor[r, field + 1])
-                m, pos, n = _best_in(hs, log_lists[h], v, cursor[r, field + 1], k)
+                hv = _normalise(hs[g], cursor[r, field], cursor[r, field + 1])
+                m, pos, n = _best_in(hs[g], hl[g], hv, cursor[r, field + 1], k)
                 if m > best:
-                    best, best_pos, best_n, best_auto, source = m, pos, n, h, SOURCE_HISTORY
+                    best, best_pos, best_n, best_log, source = m, pos, n, hl[g], SOURCE_HISTORY
         count = draft_length(best, k, min_match, scaled)
         if count > best_n:
             count = best_n
@@ -580,4 +659,4 @@ def propose_batch(state_lists, log_lists, cursor, history, slots, k, min_match, 
         out_source[i] = source if count > 0 else SOURCE_NONE
         out_len[i] = count
         if count > 0:
-            copy_continuation(log_lists[best_auto], best_pos, count, out[i])
+            copy_continuation(best_log, best_pos, count, out[i])

@@ -19,12 +19,13 @@ laid out with vLLM's conventions (``vllm/v1/sample/rejection_sampler.py``):
   output is the target argmax chain up to the first mismatch.
 
 Randomness: per draft token one float64 uniform (accept test) and per request
-one exponential vector over the vocabulary (recovered-token race,
+one Exp(1) vector over the vocabulary (recovered-token race,
 ``argmax(residual / noise)``). Sharing one noise vector across a request's
 positions is exact because only the recovered token at the first rejection is
-ever emitted. Requests with a ``torch.Generator`` in ``generators`` draw from
-it, uniforms first, then the noise, and only when they have draft tokens and
-are not greedy, so their tokens do not depend on the rest of the batch.
+ever emitted; for the same reason ``rejection_sample`` computes only that one.
+Requests with a ``torch.Generator`` in ``generators`` draw from it, uniforms
+first, then the noise, whenever they have draft tokens and are not greedy, so
+their tokens do not depend on the rest of the batch or on the step's outcome.
 
 No Python loop runs over requests or tokens; the only loop is over the seeded
 requests' generators, which cannot be batched (as in vLLM).
@@ -165,12 +166,16 @@ def apply_sampling_constraints(
 
     ``target_logits``: ``[num_tokens, vocab_size]`` (not modified);
     ``temperature``, ``top_k``, ``top_p``: ``[batch_size]``.
-    Returns new ``[num_tokens, vocab_size]`` float32 logits. Greedy requests
-    are divided by 1, which keeps their argmax.
+    Returns ``[num_tokens, vocab_size]`` float32 logits, new unless nothing
+    changes them (then possibly ``target_logits`` itself; treat as read-only).
+    Greedy requests are divided by 1, which keeps their argmax.
     """
     num_tokens = target_logits.shape[0]
     temperature = temperature.to(torch.float32)
     safe_temperature = torch.where(temperature <= GREEDY_TEMPERATURE, 1.0, temperature)
+    if top_k is None and top_p is None and bool((safe_temperature == 1.0).all()):
+        # Dividing by 1 is the identity: skip a pass over [num_tokens, vocab_size].
+        return target_logits.to(torch.float32)
     token_temperature = expand_batch_to_tokens(safe_temperature, cu_num_draft_tokens, num_tokens)
     logits = target_logits.to(torch.float32) / token_temperature.unsqueeze(1)
     token_top_k = None if top_k is None else expand_batch_to_tokens(top_k, cu_num_draft_tokens, num_tokens)
@@ -218,17 +223,29 @@ def generate_uniform_probs(
 
 
 def generate_recovery_noise(
+    requests: torch.Tensor,
     num_draft_tokens: Sequence[int],
     vocab_size: int,
     generators: Mapping[int, torch.Generator],
     device: torch.device | str,
     is_greedy: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """One Exp(1) float32 vector over the vocabulary per request: ``[batch_size, vocab_size]``."""
-    noise = torch.empty(len(num_draft_tokens), vocab_size, dtype=torch.float32, device=device)
+    """Exp(1) float32 noise over the vocabulary for the given ``[num_rows]`` requests: ``[num_rows, vocab_size]``.
+
+    Unseeded rows are drawn only for the requests asked for (drawing
+    ``batch_size x vocab_size`` exponentials costs more than the rest of the
+    step on a CPU). Every seeded request that draws this step consumes one row
+    from its generator whether or not it is asked for, so its stream does not
+    depend on the outcome of the step.
+    """
+    noise = torch.empty(requests.shape[0], vocab_size, dtype=torch.float32, device=device)
     noise.exponential_()
+    row_of_request = {request: row for row, request in enumerate(requests.tolist())}
     for request in _seeded_requests_that_draw(generators, num_draft_tokens, is_greedy):
-        noise[request].exponential_(generator=generators[request])
+        seeded_row = torch.empty(vocab_size, dtype=torch.float32, device=device)
+        seeded_row.exponential_(generator=generators[request])
+        if request in row_of_request:
+            noise[row_of_request[request]] = seeded_row
     return noise
 
 
@@ -255,18 +272,67 @@ def sample_recovered_tokens(
     A draft id < 0 (padding) removes nothing from ``p``.
     """
     num_tokens = draft_token_ids.shape[0]
-    if num_tokens == 0:
-        return draft_token_ids.new_empty(0, dtype=torch.long)
     request_index, _ = _token_request_and_position(cu_num_draft_tokens, num_tokens)
+    token_index = torch.arange(num_tokens, device=draft_token_ids.device)
+    return _recovered_tokens_at(
+        token_index, recovery_noise[request_index], draft_token_ids, draft_probs, target_probs
+    )
+
+
+def _recovered_tokens_at(
+    token_index: torch.Tensor,
+    noise_rows: torch.Tensor,
+    draft_token_ids: torch.Tensor,
+    draft_probs: torch.Tensor | None,
+    target_probs: torch.Tensor,
+) -> torch.Tensor:
+    """Recovered tokens at the ``[num_rows]`` flat token indices, with ``[num_rows, vocab_size]`` noise.
+
+    Residual first, then the division, in the same order as vllm-ascend's
+    loop so that the argmax is bit-for-bit the same.
+    """
+    if token_index.shape[0] == 0:
+        return token_index.new_empty(0, dtype=torch.long)
+    residual = target_probs[token_index]  # a copy, safe to modify
     if draft_probs is None:
-        residual = target_probs.clone()
-        is_real_draft = draft_token_ids >= 0
-        draft_column = draft_token_ids.clamp_min(0).long().unsqueeze(1)
-        kept_value = residual.gather(1, draft_column).squeeze(1) * ~is_real_draft
-        residual.scatter_(1, draft_column, kept_value.unsqueeze(1))
+        drafts = draft_token_ids[token_index]
+        draft_column = drafts.clamp_min(0).long().unsqueeze(1)
+        # Zero p at the draft; a padding draft (< 0) removes nothing.
+        kept_value = residual.gather(1, draft_column) * (drafts < 0).unsqueeze(1)
+        residual.scatter_(1, draft_column, kept_value)
     else:
-        residual = torch.clamp_min(target_probs - draft_probs, 0.0)
-    return (residual / recovery_noise[request_index]).argmax(dim=1)
+        residual.sub_(draft_probs[token_index]).clamp_min_(0.0)
+    return residual.div_(noise_rows).argmax(dim=1)
+
+
+def _accepted_drafts(
+    draft_token_ids: torch.Tensor,
+    draft_probs: torch.Tensor | None,
+    target_probs: torch.Tensor,
+    uniform_probs: torch.Tensor,
+) -> torch.Tensor:
+    """``[num_tokens]`` bool: ``q(x) > 0`` and ``p(x) / q(x) >= u``, ``q(x) = 1`` for point masses.
+
+    The ratio is taken in float64, like the Python-float loops it replaces.
+    Padding drafts (< 0) are never accepted.
+    """
+    is_real_draft = draft_token_ids >= 0
+    draft_column = draft_token_ids.clamp_min(0).long().unsqueeze(1)
+    target_prob = target_probs.gather(1, draft_column).squeeze(1).double()
+    if draft_probs is None:
+        draft_prob = torch.ones_like(target_prob)
+    else:
+        draft_prob = draft_probs.gather(1, draft_column).squeeze(1).double()
+    return is_real_draft & (draft_prob > 0) & (target_prob / draft_prob >= uniform_probs)
+
+
+def _num_accepted(accepted: torch.Tensor, cu_num_draft_tokens: torch.Tensor, max_spec_len: int) -> torch.Tensor:
+    """Length of each request's leading run of accepted drafts: ``[batch_size]`` int64."""
+    batch_size = cu_num_draft_tokens.shape[0]
+    request_index, position = _token_request_and_position(cu_num_draft_tokens, accepted.shape[0])
+    accepted_grid = _scatter_to_grid(accepted, request_index, position, batch_size, max_spec_len, False)
+    # Padding counts as rejected, so the run stops at the draft count.
+    return accepted_grid.to(torch.int32).cumprod(dim=1).sum(dim=1)
 
 
 def _accepted_prefix_to_output(
@@ -290,10 +356,7 @@ def _accepted_prefix_to_output(
     num_tokens = draft_token_ids.shape[0]
     request_index, position = _token_request_and_position(cu_num_draft_tokens, num_tokens)
     num_drafts = _num_tokens_per_request(cu_num_draft_tokens).long()
-
-    accepted_grid = _scatter_to_grid(accepted, request_index, position, batch_size, max_spec_len, False)
-    # Leading run of accepted drafts; padding counts as rejected, so it stops at the draft count.
-    num_accepted = accepted_grid.to(torch.int32).cumprod(dim=1).sum(dim=1)
+    num_accepted = _num_accepted(accepted, cu_num_draft_tokens, max_spec_len)
 
     draft_grid = _scatter_to_grid(
         draft_token_ids.to(output_token_ids.dtype), request_index, position, batch_size, width,
@@ -359,8 +422,7 @@ def rejection_random_sample(
     """Stochastic verification, in place on ``output_token_ids`` ``[batch_size, max_spec_len + 1]``.
 
     Draft ``x`` at a position is accepted when ``q(x) > 0`` and
-    ``p(x) / q(x) >= u`` (``q(x) = 1`` without ``draft_probs``); the ratio is
-    taken in float64, like the Python-float loops it replaces. The first
+    ``p(x) / q(x) >= u`` (``q(x) = 1`` without ``draft_probs``). The first
     rejected position takes its ``recovered_token_ids`` entry; if none is
     rejected the bonus token is appended. Only rows where ``is_greedy`` is
     False are written (None: all rows).
@@ -368,19 +430,11 @@ def rejection_random_sample(
     ``[num_tokens]``; ``draft_probs``, ``target_probs``: ``[num_tokens, vocab_size]``;
     ``bonus_token_ids``: ``[batch_size]`` or ``[batch_size, 1]``.
     """
-    is_real_draft = draft_token_ids >= 0
-    draft_column = draft_token_ids.clamp_min(0).long().unsqueeze(1)
-    target_prob = target_probs.gather(1, draft_column).squeeze(1).double()
-    if draft_probs is None:
-        draft_prob = torch.ones_like(target_prob)
-    else:
-        draft_prob = draft_probs.gather(1, draft_column).squeeze(1).double()
-    accepted = is_real_draft & (draft_prob > 0) & (target_prob / draft_prob >= uniform_probs)
     _accepted_prefix_to_output(
         output_token_ids,
         cu_num_draft_tokens,
         draft_token_ids,
-        accepted=accepted,
+        accepted=_accepted_drafts(draft_token_ids, draft_probs, target_probs, uniform_probs),
         replacement_token_ids=recovered_token_ids,
         bonus_token_ids=bonus_token_ids,
         rows_to_write=None if is_greedy is None else ~is_greedy,
@@ -457,15 +511,26 @@ def rejection_sample(
     target_probs = logits.softmax(dim=-1)
     if uniform_probs is None:
         uniform_probs = generate_uniform_probs(num_draft_tokens, generators, device, is_greedy)
+    accepted = _accepted_drafts(draft_token_ids, draft_probs, target_probs, uniform_probs)
+
+    # Only the recovered token at a request's first rejection is emitted, so
+    # sample just those (at most batch_size rows instead of num_tokens).
+    num_accepted = _num_accepted(accepted, cu_num_draft_tokens, max_spec_len)
+    num_drafts = _num_tokens_per_request(cu_num_draft_tokens).long()
+    recovery_requests = torch.nonzero(~is_greedy & (num_accepted < num_drafts)).squeeze(1)
+    recovery_tokens = (cu_num_draft_tokens.long() - num_drafts + num_accepted)[recovery_requests]
     if recovery_noise is None:
-        recovery_noise = generate_recovery_noise(
-            num_draft_tokens, vocab_size, generators, device, is_greedy
+        noise_rows = generate_recovery_noise(
+            recovery_requests, num_draft_tokens, vocab_size, generators, device, is_greedy
         )
-    recovered_token_ids = sample_recovered_tokens(
-        cu_num_draft_tokens, draft_token_ids, draft_probs, target_probs, recovery_noise
+    else:
+        noise_rows = recovery_noise[recovery_requests]
+    recovered_token_ids = torch.full_like(draft_token_ids, PLACEHOLDER_TOKEN_ID, dtype=torch.long)
+    recovered_token_ids[recovery_tokens] = _recovered_tokens_at(
+        recovery_tokens, noise_rows, draft_token_ids, draft_probs, target_probs
     )
-    rejection_random_sample(
-        output_token_ids, cu_num_draft_tokens, draft_token_ids, draft_probs, target_probs,
-        bonus_token_ids, recovered_token_ids, uniform_probs, is_greedy if any_greedy else None,
+    _accepted_prefix_to_output(
+        output_token_ids, cu_num_draft_tokens, draft_token_ids, accepted, recovered_token_ids,
+        bonus_token_ids, rows_to_write=~is_greedy if any_greedy else None,
     )
     return output_token_ids

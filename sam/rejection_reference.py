@@ -27,13 +27,15 @@ __all__ = ["rejection_sample_reference", "top_k_top_p_row"]
 
 
 def top_k_top_p_row(logits: torch.Tensor, top_k: int | None, top_p: float | None) -> torch.Tensor:
-    """Top-k then top-p mask on one ``[vocab_size]`` row of logits; returns a new row.
+    """Top-k then top-p mask on one ``[vocab_size]`` row of logits; returns a new row (or ``logits`` if neither).
 
     Same rule as ``sam.rejection.apply_top_k_top_p``: top-k keeps ties with
     the k-th largest logit (k <= 0 or >= vocab_size disables it); top-p drops
     tokens, smallest first, while the cumulative mass up to and including
     them stays ``<= 1 - top_p``, and never drops the most likely token.
     """
+    if top_k is None and top_p is None:
+        return logits
     vocab_size = logits.shape[0]
     sorted_logits, sorted_index = logits.sort(descending=False)
     if top_k is not None and 0 < top_k < vocab_size:
