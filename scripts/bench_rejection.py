@@ -1,0 +1,198 @@
+"""Benchmark: vectorised rejection sampler against plain-loop implementations, on CPU.
+
+For each batch size and draft length, with Qwen's vocabulary (151,936) in
+float32 and point-mass drafts (the model-free drafter's case), it times:
+
+* ``loop``: ``sam.rejection_reference.rejection_sample_reference``, the
+  textbook loop (per request, per position, stops at the first rejection);
+* ``vectorised``: ``sam.rejection.rejection_sample`` with the same pre-drawn
+  random numbers (their outputs are checked equal);
+* ``vectorised+rng``: the same, drawing its own random numbers;
+* if vllm-ascend 0.11.0's ``rejection_sampler.py`` is available (``--ascend-source``,
+  default: the copy the contract test caches), its three loop helpers
+  (``expand_pytorch``, ``sample_recovered_tokens_pytorch``,
+  ``rejection_random_sample_pytorch``) against our drop-in replacements from
+  ``rollout.ascend_rejection_patch``, starting from the same target probabilities.
+
+Targets put extra logit mass on the drafts so that most are accepted
+(the regime speculative decoding runs in). Times are the best of a few runs, in ms.
+
+    python scripts/bench_rejection.py [--json results/bench_rejection.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import platform
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from rollout import ascend_rejection_patch as patch  # noqa: E402
+from sam.rejection import rejection_sample  # noqa: E402
+from sam.rejection_reference import rejection_sample_reference  # noqa: E402
+
+VOCAB_SIZE = 151_936
+BATCH_SIZES = (1, 8, 64, 256)
+DRAFT_LENGTHS = (3, 4)
+DRAFT_LOGIT_BOOST = 14.0  # p(draft) ~ 0.8 against 151,936 standard-normal logits
+DEFAULT_ASCEND_SOURCE = Path.home() / ".cache" / "sam-spec-rollout" / "vllm-ascend-0.11.0" / "rejection_sampler.py"
+ASCEND_HELPERS = ("expand_pytorch", "sample_recovered_tokens_pytorch", "rejection_random_sample_pytorch")
+
+
+def best_ms(function: Callable[[], object], repetitions: int) -> float:
+    """Fastest of several runs: the least disturbed by other load on a shared machine."""
+    times = []
+    for _ in range(repetitions):
+        start = time.perf_counter()
+        function()
+        times.append((time.perf_counter() - start) * 1e3)
+    return min(times)
+
+
+def build_batch(batch_size: int, num_drafts: int, seed: int) -> tuple[dict, dict]:
+    """Sampler arguments and pre-drawn random numbers for one shape."""
+    generator = torch.Generator().manual_seed(seed)
+    num_tokens = batch_size * num_drafts
+    drafts = torch.randint(0, VOCAB_SIZE, (num_tokens,), generator=generator, dtype=torch.int32)
+    logits = torch.randn(num_tokens, VOCAB_SIZE, generator=generator)
+    logits[torch.arange(num_tokens), drafts.long()] += DRAFT_LOGIT_BOOST
+    num_draft_tokens = [num_drafts] * batch_size
+    batch = dict(
+        draft_token_ids=drafts,
+        num_draft_tokens=num_draft_tokens,
+        max_spec_len=num_drafts,
+        cu_num_draft_tokens=torch.tensor(num_draft_tokens).cumsum(0).to(torch.int32),
+        draft_probs=None,
+        target_logits=logits,
+        bonus_token_ids=torch.randint(0, VOCAB_SIZE, (batch_size, 1), generator=generator),
+        temperature=torch.ones(batch_size),
+    )
+    randoms = dict(
+        uniform_probs=torch.rand(num_tokens, dtype=torch.float64, generator=generator),
+        recovery_noise=torch.empty(batch_size, VOCAB_SIZE).exponential_(generator=generator),
+    )
+    return batch, randoms
+
+
+def load_ascend_helpers(source_path: Path) -> dict | None:
+    """vllm-ascend's three loop helpers, exec'd from its source with only torch in scope."""
+    if not source_path.exists():
+        return None
+    source = source_path.read_text()
+    lines = source.splitlines()
+    definitions = [
+        "\n".join(lines[node.lineno - 1 : node.end_lineno])
+        for node in ast.parse(source).body
+        if isinstance(node, ast.FunctionDef) and node.name in ASCEND_HELPERS
+    ]
+    namespace: dict = {}
+    exec("import torch\n\n" + "\n\n".join(definitions), namespace)
+    return {name: namespace[name] for name in ASCEND_HELPERS}
+
+
+def run_ascend_helpers(helpers: dict, batch: dict, randoms: dict, target_probs: torch.Tensor) -> torch.Tensor:
+    """The helper sequence of vllm-ascend 0.11.0's rejection_sample for all-random requests."""
+    batch_size = len(batch["num_draft_tokens"])
+    num_tokens = target_probs.shape[0]
+    cu_num_draft_tokens = batch["cu_num_draft_tokens"]
+    temperature = torch.empty(num_tokens)
+    helpers["expand_pytorch"](temperature, batch["temperature"], cu_num_draft_tokens, -1, 1, 32)
+    recovered = torch.empty_like(batch["draft_token_ids"])
+    helpers["sample_recovered_tokens_pytorch"](
+        recovered, cu_num_draft_tokens, batch["draft_token_ids"], None, target_probs,
+        randoms["recovery_noise"], VOCAB_SIZE, IS_NGRAM=True,
+    )
+    output = torch.full((batch_size, batch["max_spec_len"] + 1), -1, dtype=torch.int32)
+    helpers["rejection_random_sample_pytorch"](
+        output, cu_num_draft_tokens, batch["draft_token_ids"], None, target_probs, batch["bonus_token_ids"],
+        recovered, randoms["uniform_probs"], torch.zeros(batch_size, dtype=torch.bool), batch["max_spec_len"],
+        VOCAB_SIZE, IS_NGRAM=True,
+    )
+    return output
+
+
+def bench_shape(batch_size: int, num_drafts: int, ascend_helpers: dict | None, big: bool) -> dict:
+    batch, randoms = build_batch(batch_size, num_drafts, seed=batch_size * 10 + num_drafts)
+    vectorised_output = rejection_sample(**batch, **randoms)
+    loop_output = rejection_sample_reference(**batch, **randoms)
+    assert torch.equal(vectorised_output, loop_output), "implementations disagree"
+    accepted = (vectorised_output[:, :num_drafts] == batch["draft_token_ids"].view(batch_size, num_drafts)).float()
+
+    loop_repetitions = 2 if big else 5
+    row = dict(
+        batch_size=batch_size,
+        num_drafts=num_drafts,
+        acceptance=float(accepted.mean()),
+        vectorised_ms=best_ms(lambda: rejection_sample(**batch, **randoms), 5),
+        vectorised_rng_ms=best_ms(lambda: rejection_sample(**batch), 5),
+        loop_ms=best_ms(lambda: rejection_sample_reference(**batch, **randoms), loop_repetitions),
+    )
+    row["loop_speedup"] = row["loop_ms"] / row["vectorised_ms"]
+
+    if ascend_helpers is not None:
+        target_probs = batch["target_logits"].softmax(dim=-1)
+        ours = dict(zip(ASCEND_HELPERS, patch.REPLACEMENTS.values()))
+        assert list(patch.REPLACEMENTS) == list(ASCEND_HELPERS)
+        assert torch.equal(run_ascend_helpers(ours, batch, randoms, target_probs),
+                           run_ascend_helpers(ascend_helpers, batch, randoms, target_probs))
+        row["ascend_loops_ms"] = best_ms(
+            lambda: run_ascend_helpers(ascend_helpers, batch, randoms, target_probs), loop_repetitions
+        )
+        row["ascend_vectorised_ms"] = best_ms(lambda: run_ascend_helpers(ours, batch, randoms, target_probs), 5)
+        row["ascend_speedup"] = row["ascend_loops_ms"] / row["ascend_vectorised_ms"]
+    return row
+
+
+def print_table(rows: list[dict]) -> None:
+    with_ascend = "ascend_loops_ms" in rows[0]
+    header = f"{'batch':>5} {'k':>2} {'accept':>6} {'loop ms':>9} {'vec ms':>8} {'vec+rng':>8} {'ratio':>6}"
+    if with_ascend:
+        header += f" | {'asc-0.11 ms':>11} {'ours ms':>8} {'ratio':>6}"
+    print(header)
+    for row in rows:
+        line = (f"{row['batch_size']:>5} {row['num_drafts']:>2} {row['acceptance']:>6.2f} {row['loop_ms']:>9.1f} "
+                f"{row['vectorised_ms']:>8.1f} {row['vectorised_rng_ms']:>8.1f} {row['loop_speedup']:>5.1f}x")
+        if with_ascend:
+            line += (f" | {row['ascend_loops_ms']:>11.1f} {row['ascend_vectorised_ms']:>8.1f} "
+                     f"{row['ascend_speedup']:>5.1f}x")
+        print(line)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", type=Path, help="write the results here as JSON")
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=list(BATCH_SIZES))
+    parser.add_argument("--draft-lengths", type=int, nargs="+", default=list(DRAFT_LENGTHS))
+    parser.add_argument("--ascend-source", type=Path, default=DEFAULT_ASCEND_SOURCE,
+                        help="vllm-ascend 0.11.0 vllm_ascend/sample/rejection_sampler.py (skipped if absent)")
+    args = parser.parse_args()
+
+    ascend_helpers = load_ascend_helpers(args.ascend_source)
+    if ascend_helpers is None:
+        print(f"vllm-ascend source not found at {args.ascend_source}; skipping its loops "
+              "(run tests/test_ascend_rejection_contract.py once to cache it)")
+    print(f"vocab {VOCAB_SIZE}, float32, point-mass drafts, torch {torch.__version__}, "
+          f"{torch.get_num_threads()} threads")
+    rows = []
+    for num_drafts in args.draft_lengths:
+        for batch_size in args.batch_sizes:
+            rows.append(bench_shape(batch_size, num_drafts, ascend_helpers, big=batch_size >= 64))
+    print_table(rows)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(dict(
+            vocab_size=VOCAB_SIZE, dtype="float32", torch=torch.__version__, threads=torch.get_num_threads(),
+            machine=platform.machine(), processor=platform.processor(), rows=rows,
+        ), indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
