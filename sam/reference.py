@@ -110,43 +110,46 @@ class ReferenceAutomaton:
         return [], 0
 
 
-def _text_ending_at(log_token: list[int], log_prev: list[int], time: int) -> list[int]:
+def _text_ending_at(ref: ReferenceAutomaton, time: int) -> list[int]:
     out = []
     while time >= 0:
-        out.append(log_token[time])
-        time = log_prev[time]
+        out.append(ref.log_token[time])
+        time = ref.log_prev[time]
     return out[::-1]
 
 
-def _common_suffix(a: list[int], b: list[int]) -> int:
+def _common_suffix(ref: ReferenceAutomaton, a: int, b: int) -> int:
+    """Length of the common suffix of the texts ending at times a and b."""
     n = 0
-    while n < min(len(a), len(b)) and a[-1 - n] == b[-1 - n]:
+    while a >= 0 and b >= 0 and ref.log_token[a] == ref.log_token[b]:
+        if a == b:  # the same position: everything before it is shared too
+            return n + len(_text_ending_at(ref, a))
         n += 1
+        a, b = ref.log_prev[a], ref.log_prev[b]
     return n
 
 
-def _draft_from_matches(ref: ReferenceAutomaton, text: list[int], k: int) -> tuple[list[int], int]:
-    """Among the suffixes of `text` whose first occurrence in `ref` (in insertion time) is followed by
-    at least one token, take the longest, and draft what follows that first occurrence."""
-    common = [_common_suffix(text, _text_ending_at(ref.log_token, ref.log_prev, t)) for t in range(len(ref.log_token))]
-    for length in range(len(text), 0, -1):
-        times = [t for t, n in enumerate(common) if n >= length]
-        if times:
-            cont = ref.continuation(times[0], k)
-            if cont:
-                return cont, length
+def _draft_from_matches(ref: ReferenceAutomaton, common: list[int], k: int) -> tuple[list[int], int]:
+    """Given the common-suffix length of a text with the text ending at every time of `ref`: among
+    the suffixes whose first occurrence (in insertion time) is followed by at least one token, take
+    the longest, and draft what follows that first occurrence."""
+    for length in range(max(common, default=0), 0, -1):
+        first = next(t for t, n in enumerate(common) if n >= length)
+        cont = ref.continuation(first, k)
+        if cont:
+            return cont, length
     return [], 0
 
 
 def brute_force_draft(ref: ReferenceAutomaton, member: int, k: int) -> tuple[list[int], int]:
-    """The draft by definition, with no automaton (`_draft_from_matches` of the member's own text).
+    """The draft by definition, with no automaton: `_draft_from_matches` of the member's own text.
 
     For a single stream the member's own last token has no follower, so this is the longest
     *repeated* suffix; a member that shares its position with another (siblings at the prompt's end)
     drafts what the other appended there.
     """
-    text = _text_ending_at(ref.log_token, ref.log_prev, ref.member_time[member])
-    return _draft_from_matches(ref, text, k)
+    now = ref.member_time[member]
+    return _draft_from_matches(ref, [_common_suffix(ref, now, t) for t in range(len(ref.log_token))], k)
 
 
 def brute_force_history_draft(history: list[list[int]], text: list[int], k: int) -> tuple[list[int], int]:
@@ -156,4 +159,11 @@ def brute_force_history_draft(history: list[list[int]], text: list[int], k: int)
         m = ref.add_member()
         for token in response:
             ref.append(m, token)
-    return _draft_from_matches(ref, text, k)
+    common = []
+    for t in range(len(ref.log_token)):
+        n, a = 0, t
+        while a >= 0 and n < len(text) and ref.log_token[a] == text[-1 - n]:
+            n += 1
+            a = ref.log_prev[a]
+        common.append(n)
+    return _draft_from_matches(ref, common, k)
