@@ -1,7 +1,8 @@
 """Drafting cost, side by side in one run: per request-step, build per token, bytes per token.
 
 A request-step appends the tokens a verification step accepted (1 to 4, at random) and proposes
-k = 3. Contexts are windows of real responses tokenised with Qwen3's tokenizer.
+k = 3. Contexts are windows of real responses tokenised with Qwen3's tokenizer. Peers are timed on
+the same windows, one request at a time, as their engines call them.
 """
 
 from __future__ import annotations
@@ -18,22 +19,22 @@ def _windows(corpus: np.ndarray, context: int, count: int, rng) -> list[int]:
 
 
 def sam_step_us(corpus: np.ndarray, context: int, batch: int, steps: int = 200, k: int = 3, seed: int = 0) -> float:
-    """Median microseconds per request for one batched extend + propose, through the public API."""
+    """Median microseconds per request for one engine step through the public API: `step` reads
+    each request's new tokens from a token table (as vLLM's token_ids_cpu) and proposes."""
     rng = np.random.default_rng(seed)
     starts = _windows(corpus, context, batch, rng)
+    width = context + 4 * (steps + 10)
+    rows = np.stack([corpus[off : off + width] for off in starts])
     drafter = BatchDrafter(DraftConfig(k=k, group_aware=False))
     ids = list(range(batch))
-    for b, off in enumerate(starts):
-        drafter.start(b, corpus[off : off + context])
-    cursor = np.array([off + context for off in starts])
+    for b in range(batch):
+        drafter.start(b, rows[b, :context])
+    lengths = np.full(batch, context)
     per_request = []
     for step in range(steps + 10):
-        counts = rng.integers(1, 5, size=batch)
-        tokens = np.concatenate([corpus[c : c + n] for c, n in zip(cursor, counts)])
-        cursor += counts
+        lengths += rng.integers(1, 5, size=batch)
         t0 = time.perf_counter()
-        drafter.extend(ids, tokens, counts)
-        drafter.propose(ids, k)
+        drafter.step(ids, rows, lengths, k)
         elapsed = time.perf_counter() - t0
         if step >= 10:  # warm-up steps touch cold caches
             per_request.append(elapsed / batch * 1e6)

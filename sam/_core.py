@@ -3,11 +3,12 @@
 Each automaton `a` owns three arrays, held in numba typed lists indexed by `a`:
 
 - `states[a]`: int32, `STATE_WIDTH` fields per state: length, suffix link, `rep` (the log position
-  of the state's first occurrence, i.e. min endpos in insertion order), and its edge block.
-- `edges[a]`: int32 (token, target) pairs. Each state's out-edges live in one block. Blocks of
-  1, 2, 4 or 8 pairs are scanned linearly (94% of states have one edge); larger blocks are
-  open-addressing hash tables keyed by token, with a header pair holding the degree. Freed blocks go
-  to per-class free lists.
+  of the state's first occurrence, i.e. min endpos in insertion order), its first out-edge inline
+  (token, target; 94% of states have exactly one edge, so a walk rarely leaves the state record),
+  and the block holding its other edges.
+- `edges[a]`: int32 (token, target) pairs for the edges beyond the first. Blocks of 1, 2, 4 or 8
+  pairs are scanned linearly; larger blocks are open-addressing hash tables keyed by token, with a
+  header pair holding the degree. Freed blocks go to per-class free lists.
 - `logs[a]`: int32 token log in chunks of `CHUNK` slots; the last slot of a chunk links to the
   member's next chunk. A position's follower is the next slot, so a draft is a short walk, and a
   member that shares a position with another (siblings at the prompt's end) starts a chunk of its own.
@@ -24,8 +25,9 @@ import numpy as np
 from numba import njit
 
 # --- states ---------------------------------------------------------------------------------
-STATE_WIDTH = 4
-S_LEN, S_LINK, S_REP, S_BLOCK = 0, 1, 2, 3
+STATE_WIDTH = 6
+S_LEN, S_LINK, S_REP, S_TOKEN, S_TARGET, S_BLOCK = 0, 1, 2, 3, 4, 5
+NO_EDGE = -1
 NO_BLOCK = -1
 
 # --- edge blocks: block id = (size class << OFFSET_BITS) | offset in pairs --------------------
@@ -70,9 +72,10 @@ GROWTH = 1.25  # modest growth keeps slack (and bytes per token) low; still amor
 def new_automaton_arrays(expected_tokens: int = 0):
     """Fresh arrays for one automaton: a root state and nothing else."""
     n = max(expected_tokens, 1)
-    states = np.empty(max(INITIAL_STATES, 2 * n) * STATE_WIDTH, dtype=np.int32)
-    states[:STATE_WIDTH] = (0, -1, -1, NO_BLOCK)
-    edges = np.empty(max(INITIAL_PAIRS, 2 * n + 16) * 2, dtype=np.int32)
+    # Sized for typical text (~1.8 states and ~0.3 extra edges per token); growth covers the rest.
+    states = np.empty(max(INITIAL_STATES, n * 15 // 8) * STATE_WIDTH, dtype=np.int32)
+    states[:STATE_WIDTH] = (0, -1, -1, NO_EDGE, -1, NO_BLOCK)
+    edges = np.empty(max(INITIAL_PAIRS, n // 3) * 2, dtype=np.int32)
     log = np.full(max(INITIAL_LOG, (n // (CHUNK - 1) + 2) * CHUNK), -1, dtype=np.int32)
     meta = np.zeros(META_WIDTH, dtype=np.int64)
     meta[M_STATES] = 1
@@ -143,8 +146,20 @@ def _free_block(edges, m, block):
 
 
 @njit(cache=True, inline="always")
-def get_edge(edges, block, token):
-    """Target of `token` from a state with edge block `block`, or -1."""
+def get_edge(states, edges, s, token):
+    """Target of the edge s --token-->, or -1."""
+    b = s * STATE_WIDTH
+    first = states[b + S_TOKEN]
+    if first == token:
+        return states[b + S_TARGET]
+    if first == NO_EDGE:
+        return -1
+    return _get_block_edge(edges, states[b + S_BLOCK], token)
+
+
+@njit(cache=True, inline="always")
+def _get_block_edge(edges, block, token):
+    """Target of `token` in an edge block, or -1."""
     if block == NO_BLOCK:
         return -1
     cls = block >> OFFSET_BITS
@@ -242,8 +257,11 @@ def _block_degree(edges, block):
 
 
 @njit(cache=True)
-def _pairs_for_new_edge(edges, block):
-    """Pairs the allocator hands out when a state with this block gains one edge."""
+def _pairs_for_new_edge(states, edges, s):
+    """Pairs the allocator hands out when state s gains one edge."""
+    if states[s * STATE_WIDTH + S_TOKEN] == NO_EDGE:
+        return 0  # it goes inline
+    block = states[s * STATE_WIDTH + S_BLOCK]
     if block == NO_BLOCK:
         return _class_pairs(0)
     cls = block >> OFFSET_BITS
@@ -259,24 +277,29 @@ def pairs_needed(states, edges, last, token):
     need = 0
     p = last
     while p != -1:
-        block = states[p * STATE_WIDTH + S_BLOCK]
-        q = get_edge(edges, block, token)
+        q = get_edge(states, edges, p, token)
         if q >= 0:
             qb = states[q * STATE_WIDTH + S_BLOCK]
             if states[p * STATE_WIDTH + S_LEN] + 1 != states[q * STATE_WIDTH + S_LEN]:
                 # The clone copies q's block, which may have grown (or appeared) if q was on the path.
                 now = _class_pairs(qb >> OFFSET_BITS) if qb != NO_BLOCK else 0
-                need += max(now, _pairs_for_new_edge(edges, qb))
+                need += max(now, _pairs_for_new_edge(states, edges, q))
             return need
-        need += _pairs_for_new_edge(edges, block)
+        need += _pairs_for_new_edge(states, edges, p)
         p = states[p * STATE_WIDTH + S_LINK]
     return need
 
 
 @njit(cache=True)
 def set_edge(states, edges, m, s, token, target):
-    """Add or redirect the edge s --token--> target, moving the state's edges to a bigger block
-    when full (room reserved by the caller)."""
+    """Add or redirect the edge s --token--> target: inline if it is the state's first edge, else in
+    its block, moved to a bigger block when full (room reserved by the caller)."""
+    b = s * STATE_WIDTH
+    first = states[b + S_TOKEN]
+    if first == NO_EDGE or first == token:
+        states[b + S_TOKEN] = token
+        states[b + S_TARGET] = target
+        return
     block = states[s * STATE_WIDTH + S_BLOCK]
     if block == NO_BLOCK:
         block = _alloc_block(edges, m, 0)
@@ -304,6 +327,8 @@ def _new_state(states, m, length, link, rep):
     states[b + S_LEN] = length
     states[b + S_LINK] = link
     states[b + S_REP] = rep
+    states[b + S_TOKEN] = NO_EDGE
+    states[b + S_TARGET] = -1
     states[b + S_BLOCK] = NO_BLOCK
     m[M_STATES] = n + 1
     return n
@@ -314,12 +339,14 @@ def _split(states, edges, m, p, token, q, length):
     """Clone q with the given length, point p's suffix-link path at the clone, link q to it.
     Returns the clone."""
     c = _new_state(states, m, length, states[q * STATE_WIDTH + S_LINK], states[q * STATE_WIDTH + S_REP])
+    states[c * STATE_WIDTH + S_TOKEN] = states[q * STATE_WIDTH + S_TOKEN]
+    states[c * STATE_WIDTH + S_TARGET] = states[q * STATE_WIDTH + S_TARGET]
     block = states[q * STATE_WIDTH + S_BLOCK]
     if block != NO_BLOCK:
         copy = _alloc_block(edges, m, block >> OFFSET_BITS)
         _move_edges(edges, block, copy)
         states[c * STATE_WIDTH + S_BLOCK] = copy
-    while p != -1 and get_edge(edges, states[p * STATE_WIDTH + S_BLOCK], token) == q:
+    while p != -1 and get_edge(states, edges, p, token) == q:
         set_edge(states, edges, m, p, token, c)
         p = states[p * STATE_WIDTH + S_LINK]
     states[q * STATE_WIDTH + S_LINK] = c
@@ -334,7 +361,7 @@ def extend_state(states, edges, m, last, token, pos):
     `pairs_needed` edge pairs is reserved by the caller.
     """
     last_len = states[last * STATE_WIDTH + S_LEN]
-    q = get_edge(edges, states[last * STATE_WIDTH + S_BLOCK], token)
+    q = get_edge(states, edges, last, token)
     if q >= 0:  # the extended text already occurs (another member wrote it): reuse or split
         if states[q * STATE_WIDTH + S_LEN] == last_len + 1:
             return q
@@ -342,7 +369,7 @@ def extend_state(states, edges, m, last, token, pos):
     cur = _new_state(states, m, last_len + 1, 0, pos)
     p = last
     while p != -1:
-        q = get_edge(edges, states[p * STATE_WIDTH + S_BLOCK], token)
+        q = get_edge(states, edges, p, token)
         if q >= 0:
             break
         set_edge(states, edges, m, p, token, cur)
@@ -434,7 +461,7 @@ def _track(states, edges, cursor, r, field, token):
     v = cursor[r, field]
     length = cursor[r, field + 1]
     while True:
-        nxt = get_edge(edges, states[v * STATE_WIDTH + S_BLOCK], token)
+        nxt = get_edge(states, edges, v, token)
         if nxt >= 0:
             cursor[r, field] = nxt
             cursor[r, field + 1] = length + 1
@@ -474,44 +501,50 @@ def _append_in_place(states, edges, log, m, state, pos, first, tokens, start, st
     return stop, state, pos, first
 
 
+RUN = 1024  # tokens per reservation: the worst case (two states a token) is reserved a run at a time
+
+
 @njit(cache=True)
 def append_run(state_lists, edge_lists, log_lists, meta, a, state, pos, tokens, start, stop):
     """Append tokens[start:stop] to one member of automaton a, growing its arrays between tokens.
 
     Returns (state, pos, first log position written or -1)."""
     m = meta[a]
-    states, edges, log = state_lists[a], edge_lists[a], log_lists[a]
-    need = (m[M_STATES] + 2 * (stop - start)) * STATE_WIDTH  # at most two new states per token
-    if need > states.size:
-        states = _grow(states, m[M_STATES] * STATE_WIDTH, need, False)
-        state_lists[a] = states
-    need = m[M_LOG] + _log_room(stop - start)
-    if need > log.size:
-        log = _grow(log, m[M_LOG], need, True)
-        log_lists[a] = log
     first = -1
-    j = start
-    while True:
-        j, state, pos, first = _append_in_place(states, edges, log, m, state, pos, first, tokens, j, stop)
-        if 2 * m[M_PAIRS] > edges.size or m[M_STATES] * STATE_WIDTH > states.size or m[M_LOG] > log.size:
-            raise RuntimeError("suffix automaton overran its reserved room (a bug in pairs_needed)")
-        if j == stop:
-            return state, pos, first
-        used = 2 * m[M_PAIRS]
-        edges = _grow(edges, used, used + 2 * pairs_needed(states, edges, state, tokens[j]), False)
-        edge_lists[a] = edges
+    for run_start in range(start, stop, RUN):
+        run_stop = min(run_start + RUN, stop)
+        states, edges, log = state_lists[a], edge_lists[a], log_lists[a]
+        need = (m[M_STATES] + 2 * (run_stop - run_start)) * STATE_WIDTH
+        if need > states.size:
+            states = _grow(states, m[M_STATES] * STATE_WIDTH, need, False)
+            state_lists[a] = states
+        need = m[M_LOG] + _log_room(run_stop - run_start)
+        if need > log.size:
+            log = _grow(log, m[M_LOG], need, True)
+            log_lists[a] = log
+        j = run_start
+        while True:
+            j, state, pos, first_here = _append_in_place(states, edges, log, m, state, pos, -1, tokens, j, run_stop)
+            if first < 0:
+                first = first_here
+            if 2 * m[M_PAIRS] > edges.size or m[M_STATES] * STATE_WIDTH > states.size or m[M_LOG] > log.size:
+                raise RuntimeError("suffix automaton overran its reserved room (a bug in pairs_needed)")
+            if j == run_stop:
+                break
+            used = 2 * m[M_PAIRS]
+            edges = _grow(edges, used, used + 2 * pairs_needed(states, edges, state, tokens[j]), False)
+            edge_lists[a] = edges
+    return state, pos, first
 
 
 @njit(cache=True)
-def _history_arrays(state_lists, edge_lists, history):
-    """The history generations' arrays, fetched once per batch (empty where a generation is absent)."""
+def history_views(state_lists, edge_lists, log_lists, history):
+    """(states, edges, log) of each history generation, fetched once per batch; empty arrays stand
+    for an absent generation."""
     empty = np.empty(0, dtype=np.int32)
-    hs0, he0, hs1, he1 = empty, empty, empty, empty
-    if history[0] >= 0:
-        hs0, he0 = state_lists[history[0]], edge_lists[history[0]]
-    if history[1] >= 0:
-        hs1, he1 = state_lists[history[1]], edge_lists[history[1]]
-    return hs0, he0, hs1, he1
+    h0, h1 = history[0], history[1]
+    return ((state_lists[h0], edge_lists[h0], log_lists[h0]) if h0 >= 0 else (empty, empty, empty),
+            (state_lists[h1], edge_lists[h1], log_lists[h1]) if h1 >= 0 else (empty, empty, empty))
 
 
 @njit(cache=True)
@@ -535,9 +568,8 @@ def append_tokens(state_lists, edge_lists, log_lists, meta, cursor, hist, r, tok
     if cursor[r, R_FIRST] < 0:
         cursor[r, R_FIRST] = first
     cursor[r, R_TOKENS] += stop - start
-    hs0, he0, hs1, he1 = hist
-    _track_run(hs0, he0, cursor, r, R_HIST, tokens, start, stop)
-    _track_run(hs1, he1, cursor, r, R_HIST + 2, tokens, start, stop)
+    _track_run(hist[0][0], hist[0][1], cursor, r, R_HIST, tokens, start, stop)
+    _track_run(hist[1][0], hist[1][1], cursor, r, R_HIST + 2, tokens, start, stop)
 
 
 @njit(cache=True)
@@ -549,18 +581,24 @@ def first_invalid(tokens, start, stop):
 
 
 @njit(cache=True)
-def sync_rows(state_lists, edge_lists, log_lists, meta, cursor, history, slots, rows, row_lengths):
-    """Append rows[i, seen:row_lengths[i]] to request slots[i], for the whole batch.
-
-    Checks every row first: returns the batch index of the first row that is shorter than what was
-    already seen, longer than the array, or holds a negative id, and then appends nothing.
-    Returns -1 on success.
-    """
+def first_bad_row(cursor, slots, rows, row_lengths):
+    """Batch index of the first row shorter than what its request has seen, longer than the array,
+    or holding a negative id; -1 if every row is good."""
     for i in range(slots.size):
         seen = cursor[slots[i], R_TOKENS]
         if row_lengths[i] < seen or row_lengths[i] > rows.shape[1] or first_invalid(rows[i], seen, row_lengths[i]) >= 0:
             return i
-    hist = _history_arrays(state_lists, edge_lists, history)
+    return -1
+
+
+@njit(cache=True)
+def sync_rows(state_lists, edge_lists, log_lists, meta, cursor, history, slots, rows, row_lengths):
+    """Append rows[i, seen:row_lengths[i]] to request slots[i], for the whole batch, after checking
+    every row (see first_bad_row); returns that check's answer and appends nothing when it fails."""
+    bad = first_bad_row(cursor, slots, rows, row_lengths)
+    if bad >= 0:
+        return bad
+    hist = history_views(state_lists, edge_lists, log_lists, history)
     for i in range(slots.size):
         r = slots[i]
         append_tokens(state_lists, edge_lists, log_lists, meta, cursor, hist, r, rows[i], cursor[r, R_TOKENS], row_lengths[i])
@@ -570,7 +608,7 @@ def sync_rows(state_lists, edge_lists, log_lists, meta, cursor, history, slots, 
 @njit(cache=True)
 def extend_flat(state_lists, edge_lists, log_lists, meta, cursor, history, slots, tokens, offsets):
     """Append tokens[offsets[i]:offsets[i+1]] to request slots[i] (validated by the caller)."""
-    hist = _history_arrays(state_lists, edge_lists, history)
+    hist = history_views(state_lists, edge_lists, log_lists, history)
     for i in range(slots.size):
         append_tokens(state_lists, edge_lists, log_lists, meta, cursor, hist, slots[i], tokens, offsets[i], offsets[i + 1])
 
@@ -585,11 +623,11 @@ def insert_text(state_lists, edge_lists, log_lists, meta, a, tokens):
 
 
 @njit(cache=True)
-def track_history(state_lists, edge_lists, cursor, history, r, tokens):
+def track_history(state_lists, edge_lists, log_lists, cursor, history, r, tokens):
     """Advance request r's history matches over tokens it already holds (its prompt)."""
-    hs0, he0, hs1, he1 = _history_arrays(state_lists, edge_lists, history)
-    _track_run(hs0, he0, cursor, r, R_HIST, tokens, 0, tokens.size)
-    _track_run(hs1, he1, cursor, r, R_HIST + 2, tokens, 0, tokens.size)
+    hist = history_views(state_lists, edge_lists, log_lists, history)
+    _track_run(hist[0][0], hist[0][1], cursor, r, R_HIST, tokens, 0, tokens.size)
+    _track_run(hist[1][0], hist[1][1], cursor, r, R_HIST + 2, tokens, 0, tokens.size)
 
 
 # ============================================================================ drafting =========
@@ -621,36 +659,51 @@ def draft_length(match, k, min_match, scaled):
 
 
 @njit(cache=True)
-def propose_batch(state_lists, log_lists, cursor, history, slots, k, min_match, scaled, use_history, out, out_len, out_match, out_source):
-    """Drafts for requests slots[i] into out[i, :out_len[i]]; the longest match among the group
-    automaton and the history generations wins (ties: group first, newer history next)."""
-    hs = (state_lists[history[0]] if history[0] >= 0 else np.empty(0, dtype=np.int32),
-          state_lists[history[1]] if history[1] >= 0 else np.empty(0, dtype=np.int32))
-    hl = (log_lists[history[0]] if history[0] >= 0 else np.empty(0, dtype=np.int32),
-          log_lists[history[1]] if history[1] >= 0 else np.empty(0, dtype=np.int32))
+def _propose_one(state_lists, log_lists, cursor, hist, r, k, min_match, scaled, use_history, out_row):
+    """Draft for request r into out_row; the longest match among the group automaton and the
+    history generations wins (ties: group first, newer history next).
+
+    Returns (tokens drafted, match length, source)."""
+    a = cursor[r, R_AUTO]
+    states = state_lists[a]
+    log = log_lists[a]
+    v = cursor[r, R_STATE]
+    best, best_pos, best_n = _best_in(states, log, v, states[v * STATE_WIDTH + S_LEN], k)
+    best_log = log
+    source = SOURCE_GROUP
+    if use_history:
+        for g in range(NUM_HISTORY):
+            h_states, _, h_log = hist[g]
+            if h_states.size == 0:
+                continue
+            field = R_HIST + 2 * g
+            hv = _normalise(h_states, cursor[r, field], cursor[r, field + 1])
+            m, pos, n = _best_in(h_states, h_log, hv, cursor[r, field + 1], k)
+            if m > best:
+                best, best_pos, best_n, best_log, source = m, pos, n, h_log, SOURCE_HISTORY
+    count = min(draft_length(best, k, min_match, scaled), best_n)
+    if count > 0:
+        copy_continuation(best_log, best_pos, count, out_row)
+    return count, best, source if count > 0 else SOURCE_NONE
+
+
+@njit(cache=True)
+def propose_batch(state_lists, edge_lists, log_lists, cursor, history, slots, k, min_match, scaled, use_history,
+                  out, out_len, out_match, out_source):
+    """Drafts for requests slots[i] into out[i, :out_len[i]]."""
+    hist = history_views(state_lists, edge_lists, log_lists, history)
     for i in range(slots.size):
-        r = slots[i]
-        a = cursor[r, R_AUTO]
-        states = state_lists[a]
-        log = log_lists[a]
-        v = cursor[r, R_STATE]
-        best, best_pos, best_n = _best_in(states, log, v, states[v * STATE_WIDTH + S_LEN], k)
-        best_log = log
-        source = SOURCE_GROUP
-        if use_history:
-            for g in range(NUM_HISTORY):
-                if hs[g].size == 0:
-                    continue
-                field = R_HIST + 2 * g
-                hv = _normalise(hs[g], cursor[r, field], cursor[r, field + 1])
-                m, pos, n = _best_in(hs[g], hl[g], hv, cursor[r, field + 1], k)
-                if m > best:
-                    best, best_pos, best_n, best_log, source = m, pos, n, hl[g], SOURCE_HISTORY
-        count = draft_length(best, k, min_match, scaled)
-        if count > best_n:
-            count = best_n
-        out_match[i] = best
-        out_source[i] = source if count > 0 else SOURCE_NONE
-        out_len[i] = count
-        if count > 0:
-            copy_continuation(best_log, best_pos, count, out[i])
+        out_len[i], out_match[i], out_source[i] = _propose_one(state_lists, log_lists, cursor, hist, slots[i], k,
+                                                               min_match, scaled, use_history, out[i])
+
+
+@njit(cache=True)
+def step_rows(state_lists, edge_lists, log_lists, meta, cursor, history, slots, rows, row_lengths, k, min_match,
+              scaled, use_history, out, out_len, out_match, out_source):
+    """sync_rows then propose_batch in one call. Every request is synced before any proposes, so a
+    sibling's tokens of this step count whatever the row order. Returns sync_rows' answer."""
+    bad = sync_rows(state_lists, edge_lists, log_lists, meta, cursor, history, slots, rows, row_lengths)
+    if bad < 0 and k > 0:
+        propose_batch(state_lists, edge_lists, log_lists, cursor, history, slots, k, min_match, scaled, use_history,
+                      out, out_len, out_match, out_source)
+    return bad

@@ -128,8 +128,7 @@ class BatchDrafter:
         if entry is None:
             entry = _Group(self._automata.new(len(prompt)), prompt.copy())
             a = entry.automaton
-            state, pos = core.insert_text(self._automata.states, self._automata.edges, self._automata.logs,
-                                          self._automata.meta, a, prompt)
+            state, pos = core.insert_text(*self._arrays(), a, prompt)
             self._automata.meta[a, core.M_PROMPT_STATE] = state
             self._automata.meta[a, core.M_PROMPT_POS] = pos
             self._groups[key] = entry
@@ -147,7 +146,7 @@ class BatchDrafter:
         row[core.R_FIRST] = -1
         self._slot[req_id] = slot
         self._group_of[req_id] = key
-        core.track_history(self._automata.states, self._automata.edges, self._cursor, self._history, slot, prompt)
+        core.track_history(*self._arrays()[:3], self._cursor, self._history, slot, prompt)
 
     def finish(self, req_id: Hashable) -> None:
         """End a request and free what only it used; its response joins the history if enabled."""
@@ -177,43 +176,33 @@ class BatchDrafter:
         np.cumsum(counts, out=offsets[1:])
         if offsets[-1] != tokens.size:
             raise ValueError(f"counts add up to {int(offsets[-1])} but {tokens.size} tokens were given")
-        core.extend_flat(self._automata.states, self._automata.edges, self._automata.logs, self._automata.meta,
-                         self._cursor, self._history, slots, tokens, offsets)
+        core.extend_flat(*self._arrays(), self._cursor, self._history, slots, tokens, offsets)
 
     def sync(self, req_ids: Sequence[Hashable], rows: np.ndarray, row_lengths) -> None:
         """Bring each request up to rows[i, :row_lengths[i]] (its prompt plus accepted tokens) by
-        appending what it has not seen yet. rows is a 2-D integer array such as vLLM's token_ids_cpu."""
-        slots = self._slots_of(req_ids)
-        if not isinstance(rows, np.ndarray) or rows.ndim != 2 or rows.dtype.kind not in "iu":
-            raise ValueError("rows must be a 2-D integer numpy array")
-        if rows.shape[0] < slots.size:
-            raise ValueError(f"rows has {rows.shape[0]} rows for {slots.size} requests")
-        row_lengths = np.asarray(row_lengths, dtype=np.int64).reshape(-1)
-        if row_lengths.size != slots.size:
-            raise ValueError(f"row_lengths has {row_lengths.size} entries for {slots.size} requests")
-        bad = core.sync_rows(self._automata.states, self._automata.edges, self._automata.logs, self._automata.meta,
-                             self._cursor, self._history, slots, rows, row_lengths)
-        if bad >= 0:
-            req = req_ids[bad]
-            seen = int(self._cursor[slots[bad], core.R_TOKENS])
-            raise ValueError(f"row {bad} for request {req!r} is invalid: length {int(row_lengths[bad])} "
-                             f"(seen {seen}, row width {rows.shape[1]}) or a negative token id; nothing was appended")
+        appending what it has not seen yet. rows is a 2-D integer array such as vLLM's token_ids_cpu.
+        Every row is checked first; on a bad row nothing is appended."""
+        slots, row_lengths = self._check_rows(req_ids, rows, row_lengths)
+        bad = core.sync_rows(*self._arrays(), self._cursor, self._history, slots, rows, row_lengths)
+        self._raise_bad_row(bad, req_ids, slots, rows, row_lengths)
 
-    # ------------------------------------------------------------------ drafting ---------------
     def propose(self, req_ids: Sequence[Hashable], k: int | None = None) -> Proposal:
         """Drafts of at most k tokens (default config.k) for each request, from the current state."""
-        k = self.config.k if k is None else k
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
-            raise ValueError(f"k must be a non-negative integer, got {k!r}")
+        k = self._check_k(self.config.k if k is None else k)
         slots = self._slots_of(req_ids)
-        n = slots.size
-        out = Proposal(np.full((n, k), -1, dtype=np.int32), np.zeros(n, dtype=np.int32),
-                       np.zeros(n, dtype=np.int32), np.zeros(n, dtype=np.int8))
-        if k > 0 and n > 0:
-            cfg = self.config
-            core.propose_batch(self._automata.states, self._automata.logs, self._cursor, self._history, slots,
-                               int(k), cfg.min_match, cfg.length_policy == "scaled", cfg.history_tokens > 0,
-                               out.tokens, out.lengths, out.match_lengths, out.sources)
+        out = self._empty_proposal(slots.size, k)
+        if k > 0 and slots.size > 0:
+            core.propose_batch(*self._arrays()[:3], self._cursor, self._history, slots, k, *self._policy(), *out)
+        return out
+
+    def step(self, req_ids: Sequence[Hashable], rows: np.ndarray, row_lengths, k: int | None = None) -> Proposal:
+        """`sync` then `propose` in one compiled call: an engine's step."""
+        k = self._check_k(self.config.k if k is None else k)
+        slots, row_lengths = self._check_rows(req_ids, rows, row_lengths)
+        out = self._empty_proposal(slots.size, k)
+        bad = core.step_rows(*self._arrays(), self._cursor, self._history, slots, rows, row_lengths, k,
+                             *self._policy(), *out)
+        self._raise_bad_row(bad, req_ids, slots, rows, row_lengths)
         return out
 
     # ------------------------------------------------------------------ inspection -------------
@@ -238,6 +227,42 @@ class BatchDrafter:
         return sum(self._automata.tokens(int(h)) for h in self._history if h >= 0)
 
     # ------------------------------------------------------------------ internals --------------
+    def _arrays(self):
+        a = self._automata
+        return a.states, a.edges, a.logs, a.meta
+
+    def _policy(self):
+        cfg = self.config
+        return cfg.min_match, cfg.length_policy == "scaled", cfg.history_tokens > 0
+
+    @staticmethod
+    def _check_k(k) -> int:
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
+            raise ValueError(f"k must be a non-negative integer, got {k!r}")
+        return int(k)
+
+    @staticmethod
+    def _empty_proposal(n: int, k: int) -> Proposal:
+        return Proposal(np.full((n, k), -1, dtype=np.int32), np.zeros(n, dtype=np.int32),
+                        np.zeros(n, dtype=np.int32), np.zeros(n, dtype=np.int8))
+
+    def _check_rows(self, req_ids, rows, row_lengths):
+        slots = self._slots_of(req_ids)
+        if not isinstance(rows, np.ndarray) or rows.ndim != 2 or rows.dtype.kind not in "iu":
+            raise ValueError("rows must be a 2-D integer numpy array")
+        if rows.shape[0] < slots.size:
+            raise ValueError(f"rows has {rows.shape[0]} rows for {slots.size} requests")
+        row_lengths = np.asarray(row_lengths, dtype=np.int64).reshape(-1)
+        if row_lengths.size != slots.size:
+            raise ValueError(f"row_lengths has {row_lengths.size} entries for {slots.size} requests")
+        return slots, row_lengths
+
+    def _raise_bad_row(self, bad, req_ids, slots, rows, row_lengths) -> None:
+        if bad >= 0:
+            seen = int(self._cursor[slots[bad], core.R_TOKENS])
+            raise ValueError(f"row {bad} for request {req_ids[bad]!r} is invalid: length {int(row_lengths[bad])} "
+                             f"(seen {seen}, row width {rows.shape[1]}) or a negative token id; nothing was appended")
+
     def _slot_of(self, req_id: Hashable) -> int:
         try:
             return self._slot[req_id]
@@ -265,8 +290,7 @@ class BatchDrafter:
         core.read_tokens(self._automata.logs[int(row[core.R_AUTO])], int(row[core.R_FIRST]), count, response)
         if self._automata.tokens(int(self._history[0])) + count > self.config.history_tokens // 2:
             self._rotate_history()
-        core.insert_text(self._automata.states, self._automata.edges, self._automata.logs, self._automata.meta,
-                         int(self._history[0]), response)
+        core.insert_text(*self._arrays(), int(self._history[0]), response)
 
     def _rotate_history(self) -> None:
         """Drop the oldest generation; the newest becomes the older one; start an empty newest."""

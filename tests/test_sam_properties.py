@@ -149,3 +149,21 @@ def test_sync_from_rows_equals_extend():
         by_sync.sync(range(4), rows, lengths)
         a, b = by_sync.propose(range(4)), by_extend.propose(range(4))
         assert np.array_equal(a.tokens, b.tokens) and np.array_equal(a.match_lengths, b.match_lengths)
+
+
+def test_step_equals_sync_then_propose():
+    rng = np.random.default_rng(4)
+    rows = rng.integers(0, 4, size=(3, 400)).astype(np.int32)
+    rows[:, :10] = rows[0, :10]  # siblings share the prompt
+    fused, apart = BatchDrafter(DraftConfig()), BatchDrafter(DraftConfig())
+    for i in range(3):
+        fused.start(i, rows[i, :10], group=i % 2)
+        apart.start(i, rows[i, :10], group=i % 2)
+    lengths = np.full(3, 10)
+    for _ in range(80):
+        lengths += rng.integers(1, 5, size=3)
+        a = fused.step(range(3), rows, lengths, 3)
+        apart.sync(range(3), rows, lengths)
+        b = apart.propose(range(3), 3)
+        for x, y in zip(a, b):
+            assert np.array_equal(x, y)
