@@ -1,6 +1,7 @@
 """Compiled hot path: generalised suffix automata over flat int32 arrays, driven by numba.
 
-Each automaton `a` owns three arrays, held in numba typed lists indexed by `a`:
+Each automaton `a` has three int32 arrays, owned by Python (`sam.drafter._Automata`) and reached from
+compiled code through `table[a]`, which holds each array's address and length:
 
 - `states[a]`: int32, `STATE_WIDTH` fields per state: length, suffix link, `rep` (the log position
   of the state's first occurrence, i.e. min endpos in insertion order), its first out-edge inline
@@ -15,14 +16,18 @@ Each automaton `a` owns three arrays, held in numba typed lists indexed by `a`:
   Empty slots hold -1.
 
 Per-automaton counters live in `meta[a]` (int64); per-request cursors in `cursor[r]` (int64).
-Typed-list access costs tens of nanoseconds, so the per-token functions work on plain arrays and
-return any array they had to grow; batch kernels touch the lists once per request.
+
+Compiled code never allocates. A kernel that runs out of room stops between tokens, writes what it
+needs into `need`, and returns GROW; Python grows the arrays and calls it again, and it resumes where
+it stopped. (Numba's typed lists cost ~35 ns an access, and a numba function that returns an array
+into a loop ~30 ns a call: both would dominate a step.)
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import carray, njit, types
+from numba.extending import intrinsic
 
 # --- states ---------------------------------------------------------------------------------
 STATE_WIDTH = 6
@@ -63,6 +68,14 @@ CURSOR_WIDTH = R_HIST + 2 * NUM_HISTORY
 # --- draft sources ----------------------------------------------------------------------------
 SOURCE_NONE, SOURCE_GROUP, SOURCE_HISTORY = 0, 1, 2
 
+# --- the array table: per automaton, (address, length) of its states, edges and log ------------
+T_STATES, T_EDGES, T_LOG = 0, 1, 2
+TABLE_WIDTH = 6
+
+# --- kernel answers; `need` = (automaton, states length, edges length, log length) -------------
+OK, GROW = -1, -2
+NEED_WIDTH = 4
+
 INITIAL_STATES = 64
 INITIAL_PAIRS = 64
 INITIAL_LOG = 4 * CHUNK
@@ -84,21 +97,24 @@ def new_automaton_arrays(expected_tokens: int = 0):
     return states, edges, log, meta
 
 
+@intrinsic
+def _int32_pointer(typingctx, address):
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(args[0], context.get_value_type(types.CPointer(types.int32)))
+
+    return types.CPointer(types.int32)(types.int64), codegen
+
+
 @njit(cache=True, inline="always")
-def _grown(size, need):
-    new = int(size * GROWTH) + 16
-    return need if need > new else new
+def view(table, a, field):
+    """Automaton a's states, edges or log array (kept alive by Python while listed in the table)."""
+    return carray(_int32_pointer(table[a, 2 * field]), (table[a, 2 * field + 1],))
 
 
-# Hot functions return integers only: a numba function that returns an array into a loop costs
-# ~30 ns a call. Room is reserved before each token, and arrays grow between tokens.
-@njit(cache=True)
-def _grow(array, used, need, fill):
-    bigger = np.empty(_grown(array.size, need), dtype=np.int32)
-    bigger[:used] = array[:used]
-    if fill:
-        bigger[used:] = -1
-    return bigger
+@njit(cache=True, inline="always")
+def _ask(need, a, states, edges, log):
+    need[0], need[1], need[2], need[3] = a, states, edges, log
+    return GROW
 
 
 @njit(cache=True, inline="always")
@@ -505,46 +521,42 @@ RUN = 1024  # tokens per reservation: the worst case (two states a token) is res
 
 
 @njit(cache=True)
-def append_run(state_lists, edge_lists, log_lists, meta, a, state, pos, tokens, start, stop):
-    """Append tokens[start:stop] to one member of automaton a, growing its arrays between tokens.
+def append_run(table, meta, a, state, pos, tokens, start, stop, need):
+    """Append tokens[start:stop] to one member of automaton a while its arrays have room.
 
-    Returns (state, pos, first log position written or -1)."""
+    Returns (tokens done up to, state, pos, first log position written or -1); stopping short of
+    `stop` means `need` says what to grow."""
     m = meta[a]
+    states, edges, log = view(table, a, T_STATES), view(table, a, T_EDGES), view(table, a, T_LOG)
     first = -1
-    for run_start in range(start, stop, RUN):
-        run_stop = min(run_start + RUN, stop)
-        states, edges, log = state_lists[a], edge_lists[a], log_lists[a]
-        need = (m[M_STATES] + 2 * (run_stop - run_start)) * STATE_WIDTH
-        if need > states.size:
-            states = _grow(states, m[M_STATES] * STATE_WIDTH, need, False)
-            state_lists[a] = states
-        need = m[M_LOG] + _log_room(run_stop - run_start)
-        if need > log.size:
-            log = _grow(log, m[M_LOG], need, True)
-            log_lists[a] = log
-        j = run_start
-        while True:
-            j, state, pos, first_here = _append_in_place(states, edges, log, m, state, pos, -1, tokens, j, run_stop)
-            if first < 0:
-                first = first_here
-            if 2 * m[M_PAIRS] > edges.size or m[M_STATES] * STATE_WIDTH > states.size or m[M_LOG] > log.size:
-                raise RuntimeError("suffix automaton overran its reserved room (a bug in pairs_needed)")
-            if j == run_stop:
-                break
-            used = 2 * m[M_PAIRS]
-            edges = _grow(edges, used, used + 2 * pairs_needed(states, edges, state, tokens[j]), False)
-            edge_lists[a] = edges
-    return state, pos, first
+    j = start
+    while j < stop:
+        run_stop = min(j + RUN, stop)
+        states_need = (m[M_STATES] + 2 * (run_stop - j)) * STATE_WIDTH
+        log_need = m[M_LOG] + _log_room(run_stop - j)
+        if states_need > states.size or log_need > log.size:
+            _ask(need, a, states_need, 0, log_need)
+            return j, state, pos, first
+        j, state, pos, first_here = _append_in_place(states, edges, log, m, state, pos, -1, tokens, j, run_stop)
+        if first < 0:
+            first = first_here
+        if 2 * m[M_PAIRS] > edges.size or m[M_STATES] * STATE_WIDTH > states.size or m[M_LOG] > log.size:
+            raise RuntimeError("suffix automaton overran its reserved room (a bug in pairs_needed)")
+        if j < run_stop:
+            _ask(need, a, 0, 2 * (m[M_PAIRS] + pairs_needed(states, edges, state, tokens[j])), 0)
+            return j, state, pos, first
+    return j, state, pos, first
 
 
 @njit(cache=True)
-def history_views(state_lists, edge_lists, log_lists, history):
-    """(states, edges, log) of each history generation, fetched once per batch; empty arrays stand
-    for an absent generation."""
+def history_views(table, history):
+    """(states, edges, log) of each history generation, once per batch; empty where absent."""
     empty = np.empty(0, dtype=np.int32)
     h0, h1 = history[0], history[1]
-    return ((state_lists[h0], edge_lists[h0], log_lists[h0]) if h0 >= 0 else (empty, empty, empty),
-            (state_lists[h1], edge_lists[h1], log_lists[h1]) if h1 >= 0 else (empty, empty, empty))
+    return ((view(table, h0, T_STATES), view(table, h0, T_EDGES), view(table, h0, T_LOG)) if h0 >= 0
+            else (empty, empty, empty),
+            (view(table, h1, T_STATES), view(table, h1, T_EDGES), view(table, h1, T_LOG)) if h1 >= 0
+            else (empty, empty, empty))
 
 
 @njit(cache=True)
@@ -557,19 +569,21 @@ def _track_run(hs, he, cursor, r, field, tokens, start, stop):
 
 
 @njit(cache=True)
-def append_tokens(state_lists, edge_lists, log_lists, meta, cursor, hist, r, tokens, start, stop):
-    """Append tokens[start:stop] to request r: its group automaton and its history matches."""
+def append_tokens(table, meta, cursor, hist, r, tokens, start, stop, need):
+    """Append tokens[start:stop] to request r (its group automaton and its history matches).
+    Returns the tokens done up to; short of `stop` means grow as `need` says."""
     if stop <= start:
-        return
-    state, pos, first = append_run(state_lists, edge_lists, log_lists, meta, cursor[r, R_AUTO],
-                                   cursor[r, R_STATE], cursor[r, R_POS], tokens, start, stop)
+        return stop
+    j, state, pos, first = append_run(table, meta, cursor[r, R_AUTO], cursor[r, R_STATE], cursor[r, R_POS],
+                                      tokens, start, stop, need)
     cursor[r, R_STATE] = state
     cursor[r, R_POS] = pos
     if cursor[r, R_FIRST] < 0:
         cursor[r, R_FIRST] = first
-    cursor[r, R_TOKENS] += stop - start
-    _track_run(hist[0][0], hist[0][1], cursor, r, R_HIST, tokens, start, stop)
-    _track_run(hist[1][0], hist[1][1], cursor, r, R_HIST + 2, tokens, start, stop)
+    cursor[r, R_TOKENS] += j - start
+    _track_run(hist[0][0], hist[0][1], cursor, r, R_HIST, tokens, start, j)
+    _track_run(hist[1][0], hist[1][1], cursor, r, R_HIST + 2, tokens, start, j)
+    return j
 
 
 @njit(cache=True)
@@ -592,40 +606,48 @@ def first_bad_row(cursor, slots, rows, row_lengths):
 
 
 @njit(cache=True)
-def sync_rows(state_lists, edge_lists, log_lists, meta, cursor, history, slots, rows, row_lengths):
-    """Append rows[i, seen:row_lengths[i]] to request slots[i], for the whole batch, after checking
-    every row (see first_bad_row); returns that check's answer and appends nothing when it fails."""
+def sync_rows(table, meta, cursor, history, slots, rows, row_lengths, need):
+    """Append rows[i, seen:row_lengths[i]] to request slots[i], for the whole batch.
+
+    Returns OK; GROW (call again after growing: it resumes); or the index of the first bad row
+    (see first_bad_row), having appended nothing."""
     bad = first_bad_row(cursor, slots, rows, row_lengths)
     if bad >= 0:
         return bad
-    hist = history_views(state_lists, edge_lists, log_lists, history)
+    hist = history_views(table, history)
     for i in range(slots.size):
         r = slots[i]
-        append_tokens(state_lists, edge_lists, log_lists, meta, cursor, hist, r, rows[i], cursor[r, R_TOKENS], row_lengths[i])
-    return -1
+        if append_tokens(table, meta, cursor, hist, r, rows[i], cursor[r, R_TOKENS], row_lengths[i], need) < row_lengths[i]:
+            return GROW
+    return OK
 
 
 @njit(cache=True)
-def extend_flat(state_lists, edge_lists, log_lists, meta, cursor, history, slots, tokens, offsets):
-    """Append tokens[offsets[i]:offsets[i+1]] to request slots[i] (validated by the caller)."""
-    hist = history_views(state_lists, edge_lists, log_lists, history)
+def extend_flat(table, meta, cursor, history, slots, tokens, offsets, progress, need):
+    """Append tokens[offsets[i]:offsets[i+1]] to request slots[i] (validated by the caller).
+    progress[i] counts what is done, so a call after GROW resumes. Returns OK or GROW."""
+    hist = history_views(table, history)
     for i in range(slots.size):
-        append_tokens(state_lists, edge_lists, log_lists, meta, cursor, hist, slots[i], tokens, offsets[i], offsets[i + 1])
+        stop = offsets[i + 1]
+        done = append_tokens(table, meta, cursor, hist, slots[i], tokens, offsets[i] + progress[i], stop, need)
+        progress[i] = done - offsets[i]
+        if done < stop:
+            return GROW
+    return OK
 
 
 @njit(cache=True)
-def insert_text(state_lists, edge_lists, log_lists, meta, a, tokens):
-    """Insert a text as a new member starting empty (a group's prompt, a finished response).
-
-    Returns the state and log position of its end."""
-    state, pos, _ = append_run(state_lists, edge_lists, log_lists, meta, a, 0, -1, tokens, 0, tokens.size)
-    return state, pos
+def insert_text(table, meta, a, tokens, start, state, pos, need):
+    """Insert tokens[start:] as a member of automaton a that starts at (state, pos): (0, -1) for a
+    fresh one (a group's prompt, a finished response). Returns (done up to, state, pos)."""
+    j, state, pos, _ = append_run(table, meta, a, state, pos, tokens, start, tokens.size, need)
+    return j, state, pos
 
 
 @njit(cache=True)
-def track_history(state_lists, edge_lists, log_lists, cursor, history, r, tokens):
+def track_history(table, cursor, history, r, tokens):
     """Advance request r's history matches over tokens it already holds (its prompt)."""
-    hist = history_views(state_lists, edge_lists, log_lists, history)
+    hist = history_views(table, history)
     _track_run(hist[0][0], hist[0][1], cursor, r, R_HIST, tokens, 0, tokens.size)
     _track_run(hist[1][0], hist[1][1], cursor, r, R_HIST + 2, tokens, 0, tokens.size)
 
@@ -659,14 +681,14 @@ def draft_length(match, k, min_match, scaled):
 
 
 @njit(cache=True)
-def _propose_one(state_lists, log_lists, cursor, hist, r, k, min_match, scaled, use_history, out_row):
+def _propose_one(table, cursor, hist, r, k, min_match, scaled, use_history, out_row):
     """Draft for request r into out_row; the longest match among the group automaton and the
     history generations wins (ties: group first, newer history next).
 
     Returns (tokens drafted, match length, source)."""
     a = cursor[r, R_AUTO]
-    states = state_lists[a]
-    log = log_lists[a]
+    states = view(table, a, T_STATES)
+    log = view(table, a, T_LOG)
     v = cursor[r, R_STATE]
     best, best_pos, best_n = _best_in(states, log, v, states[v * STATE_WIDTH + S_LEN], k)
     best_log = log
@@ -688,22 +710,21 @@ def _propose_one(state_lists, log_lists, cursor, hist, r, k, min_match, scaled, 
 
 
 @njit(cache=True)
-def propose_batch(state_lists, edge_lists, log_lists, cursor, history, slots, k, min_match, scaled, use_history,
-                  out, out_len, out_match, out_source):
+def propose_batch(table, cursor, history, slots, k, min_match, scaled, use_history, out, out_len, out_match, out_source):
     """Drafts for requests slots[i] into out[i, :out_len[i]]."""
-    hist = history_views(state_lists, edge_lists, log_lists, history)
+    hist = history_views(table, history)
     for i in range(slots.size):
-        out_len[i], out_match[i], out_source[i] = _propose_one(state_lists, log_lists, cursor, hist, slots[i], k,
-                                                               min_match, scaled, use_history, out[i])
+        out_len[i], out_match[i], out_source[i] = _propose_one(table, cursor, hist, slots[i], k, min_match, scaled,
+                                                               use_history, out[i])
 
 
 @njit(cache=True)
-def step_rows(state_lists, edge_lists, log_lists, meta, cursor, history, slots, rows, row_lengths, k, min_match,
-              scaled, use_history, out, out_len, out_match, out_source):
+def step_rows(table, meta, cursor, history, slots, rows, row_lengths, need, k, min_match, scaled, use_history,
+              out, out_len, out_match, out_source):
     """sync_rows then propose_batch in one call. Every request is synced before any proposes, so a
     sibling's tokens of this step count whatever the row order. Returns sync_rows' answer."""
-    bad = sync_rows(state_lists, edge_lists, log_lists, meta, cursor, history, slots, rows, row_lengths)
-    if bad < 0 and k > 0:
-        propose_batch(state_lists, edge_lists, log_lists, cursor, history, slots, k, min_match, scaled, use_history,
-                      out, out_len, out_match, out_source)
-    return bad
+    code = sync_rows(table, meta, cursor, history, slots, rows, row_lengths, need)
+    if code == OK and k > 0:
+        propose_batch(table, cursor, history, slots, k, min_match, scaled, use_history, out, out_len, out_match,
+                      out_source)
+    return code

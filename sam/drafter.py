@@ -15,13 +15,11 @@ from __future__ import annotations
 from typing import Hashable, NamedTuple, Sequence
 
 import numpy as np
-from numba import typed, types
 
 from . import _core as core
 from .config import DraftConfig
 
 _INT32_MAX = np.iinfo(np.int32).max
-_ARRAY = types.int32[::1]
 
 
 class Proposal(NamedTuple):
@@ -54,12 +52,11 @@ def as_token_array(tokens, what: str = "tokens") -> np.ndarray:
 
 
 class _Automata:
-    """The typed lists of per-automaton arrays, with reuse of freed ids."""
+    """Owner of every automaton's arrays; compiled code reaches them through `table`."""
 
     def __init__(self) -> None:
-        self.states = typed.List.empty_list(_ARRAY)
-        self.edges = typed.List.empty_list(_ARRAY)
-        self.logs = typed.List.empty_list(_ARRAY)
+        self.arrays: list[list[np.ndarray]] = []  # per automaton: [states, edges, log]
+        self.table = np.zeros((0, core.TABLE_WIDTH), dtype=np.int64)
         self.meta = np.zeros((0, core.META_WIDTH), dtype=np.int64)
         self._free: list[int] = []
 
@@ -67,30 +64,51 @@ class _Automata:
         states, edges, log, meta = core.new_automaton_arrays(expected_tokens)
         if self._free:
             a = self._free.pop()
-            self.states[a], self.edges[a], self.logs[a] = states, edges, log
         else:
-            a = len(self.states)
-            self.states.append(states)
-            self.edges.append(edges)
-            self.logs.append(log)
+            a = len(self.arrays)
+            self.arrays.append([])
             if a >= self.meta.shape[0]:
-                grown = np.zeros((max(8, 2 * a), core.META_WIDTH), dtype=np.int64)
-                grown[:a] = self.meta[:a]
-                self.meta = grown
+                n = max(8, 2 * a)
+                self.meta = np.concatenate([self.meta, np.zeros((n - a, core.META_WIDTH), dtype=np.int64)])
+                self.table = np.concatenate([self.table, np.zeros((n - a, core.TABLE_WIDTH), dtype=np.int64)])
+        self.arrays[a] = [states, edges, log]
+        for field in (core.T_STATES, core.T_EDGES, core.T_LOG):
+            self._publish(a, field)
         self.meta[a] = meta
         return a
 
     def free(self, a: int) -> None:
-        empty = np.empty(0, dtype=np.int32)
-        self.states[a], self.edges[a], self.logs[a] = empty, empty, empty
+        self.table[a] = 0  # before the arrays go: compiled code must never see a dangling address
+        self.arrays[a] = []
         self.meta[a] = 0
         self._free.append(a)
 
+    def grow(self, need: np.ndarray) -> None:
+        """Grow automaton need[0]'s arrays to at least need[1:] elements (by 1.25x at least)."""
+        a = int(need[0])
+        for field, length in zip((core.T_STATES, core.T_EDGES, core.T_LOG), need[1:]):
+            old = self.arrays[a][field]
+            if length > old.size:
+                bigger = np.empty(max(int(length), int(old.size * core.GROWTH) + 16), dtype=np.int32)
+                bigger[: old.size] = old
+                if field == core.T_LOG:
+                    bigger[old.size :] = -1  # empty log slots
+                self.arrays[a][field] = bigger
+                self._publish(a, field)
+
+    def _publish(self, a: int, field: int) -> None:
+        array = self.arrays[a][field]
+        self.table[a, 2 * field] = array.ctypes.data
+        self.table[a, 2 * field + 1] = array.size
+
     def nbytes(self, a: int) -> int:
-        return self.states[a].nbytes + self.edges[a].nbytes + self.logs[a].nbytes + self.meta[a].nbytes
+        return sum(x.nbytes for x in self.arrays[a]) + self.meta[a].nbytes + self.table[a].nbytes
 
     def tokens(self, a: int) -> int:
         return int(self.meta[a, core.M_TOKENS])
+
+    def log(self, a: int) -> np.ndarray:
+        return self.arrays[a][core.T_LOG]
 
 
 class _Group:
@@ -114,6 +132,7 @@ class BatchDrafter:
         self._group_of: dict[Hashable, Hashable] = {}
         self._groups: dict[Hashable, _Group] = {}
         self._history = np.full(core.NUM_HISTORY, -1, dtype=np.int64)  # newest generation first
+        self._need = np.zeros(core.NEED_WIDTH, dtype=np.int64)
         if self.config.history_tokens > 0:
             self._history[0] = self._automata.new()
 
@@ -128,7 +147,7 @@ class BatchDrafter:
         if entry is None:
             entry = _Group(self._automata.new(len(prompt)), prompt.copy())
             a = entry.automaton
-            state, pos = core.insert_text(*self._arrays(), a, prompt)
+            state, pos = self._insert(a, prompt)
             self._automata.meta[a, core.M_PROMPT_STATE] = state
             self._automata.meta[a, core.M_PROMPT_POS] = pos
             self._groups[key] = entry
@@ -146,7 +165,7 @@ class BatchDrafter:
         row[core.R_FIRST] = -1
         self._slot[req_id] = slot
         self._group_of[req_id] = key
-        core.track_history(*self._arrays()[:3], self._cursor, self._history, slot, prompt)
+        core.track_history(self._automata.table, self._cursor, self._history, slot, prompt)
 
     def finish(self, req_id: Hashable) -> None:
         """End a request and free what only it used; its response joins the history if enabled."""
@@ -176,15 +195,16 @@ class BatchDrafter:
         np.cumsum(counts, out=offsets[1:])
         if offsets[-1] != tokens.size:
             raise ValueError(f"counts add up to {int(offsets[-1])} but {tokens.size} tokens were given")
-        core.extend_flat(*self._arrays(), self._cursor, self._history, slots, tokens, offsets)
+        progress = np.zeros(slots.size, dtype=np.int64)
+        self._until_done(core.extend_flat, self._cursor, self._history, slots, tokens, offsets, progress, self._need)
 
     def sync(self, req_ids: Sequence[Hashable], rows: np.ndarray, row_lengths) -> None:
         """Bring each request up to rows[i, :row_lengths[i]] (its prompt plus accepted tokens) by
         appending what it has not seen yet. rows is a 2-D integer array such as vLLM's token_ids_cpu.
         Every row is checked first; on a bad row nothing is appended."""
         slots, row_lengths = self._check_rows(req_ids, rows, row_lengths)
-        bad = core.sync_rows(*self._arrays(), self._cursor, self._history, slots, rows, row_lengths)
-        self._raise_bad_row(bad, req_ids, slots, rows, row_lengths)
+        code = self._until_done(core.sync_rows, self._cursor, self._history, slots, rows, row_lengths, self._need)
+        self._raise_bad_row(code, req_ids, slots, rows, row_lengths)
 
     def propose(self, req_ids: Sequence[Hashable], k: int | None = None) -> Proposal:
         """Drafts of at most k tokens (default config.k) for each request, from the current state."""
@@ -192,7 +212,7 @@ class BatchDrafter:
         slots = self._slots_of(req_ids)
         out = self._empty_proposal(slots.size, k)
         if k > 0 and slots.size > 0:
-            core.propose_batch(*self._arrays()[:3], self._cursor, self._history, slots, k, *self._policy(), *out)
+            core.propose_batch(self._automata.table, self._cursor, self._history, slots, k, *self._policy(), *out)
         return out
 
     def step(self, req_ids: Sequence[Hashable], rows: np.ndarray, row_lengths, k: int | None = None) -> Proposal:
@@ -200,9 +220,9 @@ class BatchDrafter:
         k = self._check_k(self.config.k if k is None else k)
         slots, row_lengths = self._check_rows(req_ids, rows, row_lengths)
         out = self._empty_proposal(slots.size, k)
-        bad = core.step_rows(*self._arrays(), self._cursor, self._history, slots, rows, row_lengths, k,
-                             *self._policy(), *out)
-        self._raise_bad_row(bad, req_ids, slots, rows, row_lengths)
+        code = self._until_done(core.step_rows, self._cursor, self._history, slots, rows, row_lengths, self._need, k,
+                                *self._policy(), *out)
+        self._raise_bad_row(code, req_ids, slots, rows, row_lengths)
         return out
 
     # ------------------------------------------------------------------ inspection -------------
@@ -227,9 +247,23 @@ class BatchDrafter:
         return sum(self._automata.tokens(int(h)) for h in self._history if h >= 0)
 
     # ------------------------------------------------------------------ internals --------------
-    def _arrays(self):
-        a = self._automata
-        return a.states, a.edges, a.logs, a.meta
+    def _until_done(self, kernel, *args) -> int:
+        """Call a kernel that may stop for room (GROW) until it finishes; it resumes by itself."""
+        while True:
+            code = kernel(self._automata.table, self._automata.meta, *args)
+            if code != core.GROW:
+                return code
+            self._automata.grow(self._need)
+
+    def _insert(self, a: int, tokens: np.ndarray) -> tuple[int, int]:
+        """Insert a whole text as a fresh member of automaton a; returns its end (state, pos)."""
+        done, state, pos = 0, 0, -1
+        while True:
+            done, state, pos = core.insert_text(self._automata.table, self._automata.meta, a, tokens, done, state,
+                                                pos, self._need)
+            if done == tokens.size:
+                return state, pos
+            self._automata.grow(self._need)
 
     def _policy(self):
         cfg = self.config
@@ -258,7 +292,7 @@ class BatchDrafter:
         return slots, row_lengths
 
     def _raise_bad_row(self, bad, req_ids, slots, rows, row_lengths) -> None:
-        if bad >= 0:
+        if bad >= 0:  # a row index; OK (-1) otherwise
             seen = int(self._cursor[slots[bad], core.R_TOKENS])
             raise ValueError(f"row {bad} for request {req_ids[bad]!r} is invalid: length {int(row_lengths[bad])} "
                              f"(seen {seen}, row width {rows.shape[1]}) or a negative token id; nothing was appended")
@@ -270,7 +304,12 @@ class BatchDrafter:
             raise KeyError(f"unknown request {req_id!r} (never started, or already finished)") from None
 
     def _slots_of(self, req_ids: Sequence[Hashable]) -> np.ndarray:
-        return np.fromiter((self._slot_of(r) for r in req_ids), dtype=np.int64, count=len(req_ids))
+        slot = self._slot
+        try:
+            return np.array([slot[r] for r in req_ids], dtype=np.int64).reshape(-1)
+        except KeyError as e:
+            self._slot_of(e.args[0])  # raises the named error
+            raise
 
     def _take_slot(self) -> int:
         if not self._free_slots:
@@ -287,10 +326,10 @@ class BatchDrafter:
         if count <= 0 or count > self.config.history_tokens // 2:
             return  # nothing generated, or a single response larger than a history generation
         response = np.empty(count, dtype=np.int32)
-        core.read_tokens(self._automata.logs[int(row[core.R_AUTO])], int(row[core.R_FIRST]), count, response)
+        core.read_tokens(self._automata.log(int(row[core.R_AUTO])), int(row[core.R_FIRST]), count, response)
         if self._automata.tokens(int(self._history[0])) + count > self.config.history_tokens // 2:
             self._rotate_history()
-        core.insert_text(*self._arrays(), int(self._history[0]), response)
+        self._insert(int(self._history[0]), response)
 
     def _rotate_history(self) -> None:
         """Drop the oldest generation; the newest becomes the older one; start an empty newest."""

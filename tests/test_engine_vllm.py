@@ -198,9 +198,13 @@ def test_grpo_siblings(sam_llm, prompts):
     assert len({tuple(c.token_ids) for c in outs[0].outputs}) > 1
     after = sam_metrics(sam_llm)
     assert after["requests_started"] - before["requests_started"] == 2 * n
-    # finished children are freed; at most the last step's finishers are still pending
-    assert after["live_requests"] <= 2 * n
     assert after["num_drafts"] > before["num_drafts"]
+    # Finished requests are freed through the runner's finish hook. vLLM reports finished ids
+    # with the next step, so run one more 1-token request: afterwards only it may be live.
+    sam_llm.generate(as_inputs(prompts[:1]), SamplingParams(temperature=0.0, max_tokens=1))
+    flushed = sam_metrics(sam_llm)
+    assert flushed["live_requests"] <= 1, flushed
+    assert flushed["requests_finished"] >= flushed["requests_started"] - 1
 
 
 def test_threshold_switches_speculation_off_and_on(model_dir, prompts, reference):

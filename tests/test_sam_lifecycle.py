@@ -77,7 +77,7 @@ def test_slots_and_automata_are_reused():
         for i in range(40):
             drafter.finish((round_, i))
     assert drafter._cursor.shape[0] == 64
-    assert len(drafter._automata.states) == 40
+    assert len(drafter._automata.arrays) == 40
 
 
 # ---------------------------------------------------------------- policies -------------------------
