@@ -17,12 +17,13 @@ import numpy as np
 
 from sam import DraftConfig
 
-from . import speed
+from . import continuation_study, speed
 from .data import load_trace_groups
 from .drafters import ArcticSuffixDrafter, SamDrafter, VllmNgramDrafter, arctic_available, vllm_available
 from .replay import bin_labels, replay
 
 HISTORY_TOKENS = 1 << 21  # 2M tokens: more than the traces hold, so nothing is evicted here
+MIN_PLOTTED_STEPS = 1000  # position bins with fewer decode steps are too noisy to plot
 
 
 def sam_methods() -> list[SamDrafter]:
@@ -92,6 +93,8 @@ def print_tables(acceptance: dict, speed_results: dict) -> None:
     for name, r in acceptance.items():
         cells = "".join(f"{v:>10.2f}" if v is not None else f"{'-':>10}" for v in r["by_position"].values())
         print(f"{name:<44}{r['acceptance_length']:>7.3f}{r['draft_efficiency']:>7.2f}{cells}")
+    steps = next(iter(acceptance.values()))["steps_by_position"].values()
+    print(f"{'(decode steps in the bin)':<58}" + "".join(f"{n:>10}" for n in steps))
     print("\nDrafting cost per request-step (append 1-4 tokens, propose 3), median microseconds")
     rows = speed_results["contexts"]
     keys = list(next(iter(rows.values())).keys())
@@ -129,14 +132,15 @@ def plot(acceptance: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = bin_labels()
+    first = next(iter(acceptance.values()))
+    keep = [b for b, n in first["steps_by_position"].items() if n >= MIN_PLOTTED_STEPS]
     fig, ax = plt.subplots(figsize=(9, 5))
     for name, r in acceptance.items():
         if "min" in name or "scaled" in name or "64k" in name:
             continue  # the policy variants crowd the plot; they are in the table and the JSON
-        values = [np.nan if v is None else v for v in r["by_position"].values()]
-        ax.plot(labels, values, marker="o", label=f"{name} ({r['acceptance_length']:.2f})")
-    ax.set_xlabel("position in response (tokens)")
+        values = [np.nan if r["by_position"][b] is None else r["by_position"][b] for b in keep]
+        ax.plot(keep, values, marker="o", label=f"{name} ({r['acceptance_length']:.2f})")
+    ax.set_xlabel(f"position in response (tokens; bins with >= {MIN_PLOTTED_STEPS} decode steps)")
     ax.set_ylabel("mean acceptance length (k=3, bonus included)")
     ax.set_title("Replay of Qwen2.5-Math traces (100 MATH problems x 8), honest lockstep")
     ax.grid(alpha=0.3)
@@ -158,6 +162,8 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"{len(groups)} groups, {sum(len(r) for g in groups for r in g.responses)} response tokens")
     print("Replaying (mean acceptance length):", flush=True)
     acceptance = run_acceptance(groups, args.k, notes)
+    print("Continuation policies (plain-Python reference; the compiled drafter follows 'first'):", flush=True)
+    continuations = continuation_study.run(groups, args.k)
     speed_results = {"contexts": {}, "build": {}}
     if not args.skip_speed:
         print("Timing:", flush=True)
@@ -170,7 +176,8 @@ def main(argv: list[str] | None = None) -> dict:
         print("NOTE:", note)
     args.out.mkdir(parents=True, exist_ok=True)
     report = {"date": time.strftime("%Y-%m-%d"), "machine": platform.processor() or platform.machine(),
-              "k": args.k, "groups": len(groups), "acceptance": acceptance, "speed": speed_results,
+              "k": args.k, "groups": len(groups), "acceptance": acceptance, "continuation_policies": continuations,
+              "speed": speed_results,
               "targets": checks, "notes": notes}
     (args.out / "replay.json").write_text(json.dumps(report, indent=2))
     plot(acceptance, args.out / "acceptance_by_position.png")
