@@ -1,0 +1,1 @@
+"""Adapters between the SAM drafter (sam/) and inference engines (vLLM, vllm-ascend)."""

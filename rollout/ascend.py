@@ -1,0 +1,154 @@
+"""SAM on vllm-ascend through ``method="ngram"``.
+
+vllm-ascend (0.23 and main) never dispatches ``custom_class``: ``get_spec_decode_method`` raises
+ValueError for it. Its model runner builds drafters in ``NPUModelRunner._get_drafter()`` and
+dispatches ``propose`` by ``isinstance(self.drafter, AscendNgramProposer)``, passing K on vLLM
+> 0.23. So SAM rides the ngram route:
+
+    speculative_config={"method": "ngram", "num_speculative_tokens": 3}
+    additional_config={"sam_spec": {...}}     # presence of "sam_spec" selects SAM over n-gram
+
+:func:`register` (called by :func:`rollout.plugin.register` when vllm_ascend is installed) patches
+``NPUModelRunner._get_drafter`` as soon as ``vllm_ascend.worker.model_runner_v1`` is imported
+(directly if it already is, else through an import hook), which is after vllm-ascend's own
+``adapt_patch()`` in ``NPUWorker.__init__`` has run or irrelevant to it: the patched names belong
+to vllm-ascend, not to vLLM. Finished requests reach the drafter through the vLLM runner patch of
+:mod:`rollout.plugin` (``NPUModelRunner._update_states`` calls ``super()._update_states``).
+
+The same subclass-of-NgramProposer route works on vLLM itself for versions without custom_class
+(:func:`make_ngram_proposer_class` with vLLM's ``NgramProposer`` and a runner).
+
+The contract this relies on is checked against the released vllm-ascend source by
+tests/test_ascend_contract.py. Not run on an NPU here.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import sys
+
+from rollout.proposer import SETTINGS_KEY, SamSettings, SamStepper
+
+RUNNER_MODULE = "vllm_ascend.worker.model_runner_v1"
+NGRAM_MODULE = "vllm_ascend.spec_decode.ngram_proposer"
+_MARK = "__sam_spec_patched__"
+
+
+def sam_requested(vllm_config) -> bool:
+    extra = getattr(vllm_config, "additional_config", None) or {}
+    return isinstance(extra, dict) and SETTINGS_KEY in extra
+
+
+def make_ngram_proposer_class(base):
+    """A SAM proposer that *is a* ``base`` (an n-gram proposer class taking ``(vllm_config, runner)``).
+
+    It skips ``base.__init__`` (the n-gram proposer allocates and JIT-warms buffers it would never
+    use) and reads request identity from ``runner.input_batch``.
+    """
+
+    class SamNgramProposer(base):  # type: ignore[misc, valid-type]
+        def __init__(self, vllm_config, runner):
+            self.runner = runner
+            self.vllm_config = vllm_config
+            spec = vllm_config.speculative_config
+            self.k = spec.num_speculative_tokens
+            self.max_model_len = vllm_config.model_config.max_model_len
+            self.settings = SamSettings.from_vllm_config(vllm_config)
+            self.stepper = SamStepper(self.settings, self.max_model_len)
+
+        def load_model(self, *args, **kwargs):
+            pass
+
+        def dummy_run(self, *args, **kwargs):
+            pass
+
+        def on_request_finished(self, req_id) -> None:
+            self.stepper.finish(req_id)
+
+        @property
+        def metrics(self):
+            return self.stepper.metrics
+
+        def propose(self, *args, **kwargs):
+            # vLLM/vllm-ascend > 0.23: propose(K, sampled, num_tokens_no_spec, token_ids_cpu, ...)
+            # vllm-ascend 0.23:        propose(sampled)   (vLLM 0.23: propose(sampled, ntns, tids, ...))
+            if args and isinstance(args[0], int):
+                k, sampled = args[0], args[1]
+            else:
+                k = kwargs.get("num_speculative_tokens")
+                sampled = args[0] if args else kwargs["sampled_token_ids"]
+            ib = self.runner.input_batch
+            unsupported = getattr(ib, "spec_decode_unsupported_reqs", None)
+            req_ids = ib.req_ids
+            if unsupported:
+                sampled = [[] if req_ids[i] in unsupported else s for i, s in enumerate(sampled)]
+            return self.stepper.step(
+                req_ids,
+                ib.num_prompt_tokens,
+                sampled,
+                ib.num_tokens_no_spec,
+                ib.token_ids_cpu,
+                num_scheduled_reqs=len(sampled),
+                k=k,
+            )
+
+    SamNgramProposer.__qualname__ = SamNgramProposer.__name__ = f"Sam{base.__name__}"
+    return SamNgramProposer
+
+
+def apply() -> bool:
+    """Patch vllm-ascend's runner to build the SAM proposer for method="ngram" + sam_spec."""
+    from vllm_ascend.spec_decode.ngram_proposer import AscendNgramProposer
+    from vllm_ascend.worker import model_runner_v1 as mr
+
+    from rollout import ascend_rejection_patch, plugin
+
+    cls = mr.NPUModelRunner
+    if cls.__dict__.get(_MARK):
+        return False
+    plugin.apply_runner_patches()  # finish events via GPUModelRunner (NPUModelRunner's super)
+    sam_cls = make_ngram_proposer_class(AscendNgramProposer)
+    orig = cls._get_drafter
+
+    def _get_drafter(self):
+        # Runner construction follows NPUWorker's adapt_patch(), so this is the place to swap
+        # the Python-loop rejection-sampler fallbacks of old vllm-ascend (a no-op on newer ones).
+        ascend_rejection_patch.apply()
+        spec = self.speculative_config
+        if spec is not None and spec.method == "ngram" and sam_requested(self.vllm_config):
+            return sam_cls(self.vllm_config, self)
+        return orig(self)
+
+    cls._get_drafter = _get_drafter
+    setattr(cls, _MARK, True)
+    return True
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Run ``apply()`` right after the vllm-ascend runner module has been executed."""
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != RUNNER_MODULE:
+            return None
+        sys.meta_path.remove(self)  # one shot; also keeps find_spec below from recursing
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        loader = spec.loader
+        orig_exec = loader.exec_module
+
+        def exec_module(module):
+            orig_exec(module)
+            apply()
+
+        loader.exec_module = exec_module
+        return spec
+
+
+def register() -> None:
+    """Cheap and idempotent; safe in every process."""
+    if RUNNER_MODULE in sys.modules:
+        apply()
+    elif not any(isinstance(f, _AfterImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _AfterImport())

@@ -1,0 +1,185 @@
+"""Engine plumbing without an engine: SamStepper and SamSettings against vLLM-shaped arrays.
+
+These run in the plain unit-test suite (no vLLM needed); the real-engine tests are in
+tests/test_engine_vllm.py.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("sam", reason="the SAM drafter package is not importable")
+
+from rollout.proposer import SETTINGS_KEY, SamSettings, SamStepper, prompt_group_key  # noqa: E402
+
+W = 64  # row width (max_model_len)
+
+
+class Batch:
+    """A minimal stand-in for vLLM's InputBatch: rows, lengths, prompt lengths, req_ids."""
+
+    def __init__(self, n_rows=8):
+        self.tok = np.zeros((n_rows, W), dtype=np.int32)
+        self.len = np.zeros(n_rows, dtype=np.int32)
+        self.npt = np.zeros(n_rows, dtype=np.int32)
+        self.req_ids: list = []
+
+    def add(self, rid, prompt):
+        i = len(self.req_ids)
+        self.req_ids.append(rid)
+        self.tok[i, : len(prompt)] = prompt
+        self.len[i] = self.npt[i] = len(prompt)
+        return i
+
+    def append(self, i, toks):
+        L = self.len[i]
+        self.tok[i, L : L + len(toks)] = toks
+        self.len[i] += len(toks)
+
+    def remove(self, i):
+        """vLLM's condense(): the last row moves into the hole."""
+        last = len(self.req_ids) - 1
+        for a in (self.tok, self.len, self.npt):
+            a[i] = a[last]
+        self.req_ids[i] = self.req_ids[last]
+        self.req_ids.pop()
+
+
+def step(st, b, sampled, **kw):
+    return st.step(b.req_ids, b.npt, sampled, b.len, b.tok, **kw)
+
+
+def settings(**kw):
+    return SamSettings.from_mapping(kw.pop("k", 3), kw)
+
+
+PERIOD = [5, 6, 7, 8, 9]
+
+
+def test_drafts_follow_rows_when_rows_move():
+    st = SamStepper(settings(threshold=None), max_model_len=W)
+    b = Batch()
+    b.add("a", [1, 2, 3] + PERIOD * 2)  # periodic: the next tokens are predictable
+    b.add("b", [40, 41, 42, 43, 44, 40, 41])
+    b.add("c", [20, 21])
+    out = step(st, b, [[9], [41], [21]])
+    assert out[0] == [5, 6, 7]
+    assert out[1] == [42, 43, 44]
+    # c has no repeat yet: no draft
+    assert out[2] == []
+    # a finishes; condense moves c into row 0; b stays at row 1
+    st.finish("a")
+    b.remove(0)
+    assert b.req_ids == ["c", "b"]
+    b.append(1, [42])
+    out = step(st, b, [[21], [42]])
+    assert out[1] == [43, 44, 40]
+    assert "a" not in st.drafter and len(st.drafter) == 2
+
+
+def test_never_more_than_k_and_not_past_max_model_len():
+    st = SamStepper(settings(k=4, threshold=None), max_model_len=W)
+    b = Batch()
+    b.add("a", PERIOD * 4)
+    out = step(st, b, [[9]])
+    assert len(out[0]) == 4
+    out = step(st, b, [[9]], k=2)  # the scheduler's per-step K caps it further
+    assert len(out[0]) == 2
+    st2 = SamStepper(settings(k=4, threshold=None), max_model_len=22)
+    out = step(st2, b, [[9]])
+    assert len(out[0]) == 2  # 20 tokens, max_model_len 22
+
+
+def test_no_draft_for_partial_prefill_rows_but_state_is_kept():
+    st = SamStepper(settings(threshold=None), max_model_len=W)
+    b = Batch()
+    b.add("a", PERIOD * 3)
+    b.add("p", PERIOD * 3 + [1])  # still prefilling: no sampled token
+    out = step(st, b, [[9], []])
+    assert out[0] and out[1] == []
+    assert st.drafter.num_tokens("p") == 16
+
+
+def test_threshold_turns_speculation_off_and_keeps_state_current():
+    st = SamStepper(settings(threshold=2), max_model_len=W)
+    b = Batch()
+    for r in "abc":
+        b.add(r, PERIOD * 2)
+    out = step(st, b, [[9]] * 3)  # 3 scheduled > 2: off
+    assert out == [[], [], []]
+    for i in range(3):
+        b.append(i, [5, 6])
+    out = step(st, b, [[6]] * 3, num_scheduled_reqs=2)  # on
+    assert out[0] == [7, 8, 9]
+    assert st.drafter.num_tokens("a") == 12  # the tokens of the off step were fed
+    m = st.metrics.as_dict()
+    assert m["steps"] == 2 and m["steps_on"] == 1 and m["frac_steps_on"] == 0.5
+
+
+def test_acceptance_counting():
+    st = SamStepper(settings(threshold=None), max_model_len=W)
+    b = Batch()
+    b.add("a", PERIOD * 2)
+    assert step(st, b, [[9]])[0] == [5, 6, 7]
+    b.append(0, [5, 6, 1])  # two accepted, then a correction token
+    step(st, b, [[5, 6, 1]])
+    m = st.metrics.as_dict()
+    assert m["num_measured_drafts"] == 1 and m["num_accepted_tokens"] == 2
+    assert m["mean_acceptance_length"] == 3.0
+    assert m["acceptance_per_pos"] == [1.0, 1.0, 0.0]
+
+
+def test_siblings_share_a_group_by_prompt():
+    st = SamStepper(settings(threshold=None, group_aware=True), max_model_len=W)
+    b = Batch()
+    prompt = [1, 2, 3]
+    b.add("s0", prompt)
+    b.add("s1", prompt)
+    b.append(0, [30, 31, 32, 33, 34])  # sibling 0 wrote a response
+    b.append(1, [30])
+    out = step(st, b, [[34], [30]])
+    assert out[1] == [31, 32, 33]  # drafted from its sibling's text
+    assert prompt_group_key(np.array(prompt)) == prompt_group_key(np.array(prompt, dtype=np.int32))
+
+    st = SamStepper(settings(threshold=None, group_aware=False), max_model_len=W)
+    assert step(st, b, [[34], [30]])[1] == []
+
+
+def test_rows_that_go_backwards_are_rebuilt():
+    st = SamStepper(settings(threshold=None), max_model_len=W)
+    b = Batch()
+    b.add("a", PERIOD * 2)
+    b.append(0, PERIOD)
+    step(st, b, [[9]])
+    b.len[0] -= 3  # cannot happen in vLLM today; must not kill the engine
+    out = step(st, b, [[7]])
+    assert st.drafter.num_tokens("a") == 12
+    assert isinstance(out[0], list)
+
+
+@pytest.mark.parametrize(
+    "raw, field",
+    [
+        ({"threshold": -1}, "threshold"),
+        ({"threshold": "8"}, "threshold"),
+        ({"min_match": 0}, "min_match"),
+        ({"length_policy": "long"}, "length_policy"),
+        ({"group_aware": "yes"}, "group_aware"),
+        ({"k": 3}, "num_speculative_tokens"),
+        ({"tresh": 3}, "tresh"),
+        ({"log_interval_s": -1}, "log_interval_s"),
+    ],
+)
+def test_bad_settings_name_the_setting(raw, field):
+    with pytest.raises(ValueError, match=field) as e:
+        SamSettings.from_mapping(3, raw)
+    assert SETTINGS_KEY in str(e.value) or field == "num_speculative_tokens"
+
+
+def test_settings_defaults_and_null_threshold():
+    s = SamSettings.from_mapping(3, None)
+    assert (s.k, s.threshold, s.min_match, s.length_policy, s.group_aware) == (3, 8, 1, "fixed", True)
+    assert SamSettings.from_mapping(5, {"threshold": None}).threshold is None
+    with pytest.raises(ValueError, match="num_speculative_tokens"):
+        SamSettings.from_mapping(0, {})
