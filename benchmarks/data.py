@@ -10,6 +10,13 @@ from pathlib import Path
 import numpy as np
 
 TRACES = "traces/qwen25-math-instruct_math_T0.7_n8.jsonl"
+DAPO = "problems/dapo-math-17k.parquet"
+# The shared copy holds bare problems; DAPO-Math-17k's official prompts wrap them like this.
+DAPO_INSTRUCTION = (
+    "Solve the following math problem step by step. The last line of your response should be of the form "
+    "Answer: $Answer (without quotes) where $Answer is the answer to the problem.\n\n{problem}\n\n"
+    'Remember to put your answer on its own line after "Answer:".'
+)
 
 
 def shared_data_dir() -> Path:
@@ -48,3 +55,11 @@ def load_trace_groups(limit: int | None = None) -> list[TraceGroup]:
             if limit is not None and len(groups) == limit:
                 break
     return groups
+
+
+def load_dapo_prompts(n: int, offset: int = 0) -> list[str]:
+    """n DAPO-Math-17k problems (rows offset..offset+n) as user messages with the DAPO instruction."""
+    import pyarrow.parquet as pq
+
+    rows = pq.read_table(shared_data_dir() / DAPO).slice(offset, n).to_pylist()
+    return [DAPO_INSTRUCTION.format(problem=row["prompt"][-1]["content"]) for row in rows]
