@@ -253,3 +253,14 @@ def test_bad_setting_fails_engine_start(model_dir, tmp_path):
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode != 0
     assert "additional_config.sam_spec.threshold must be an integer >= 0" in r.stdout + r.stderr
+
+
+def test_precision_check_fp32(model_dir, prompts):
+    """The precision tool on fp32: greedy outputs of the verify path equal the decode path's, and
+    logprobs agree to rounding. Runs after the other engine tests (module order)."""
+    from rollout.precision import check_dtype
+
+    verify, prefill = check_dtype(model_dir, prompts[:2], "float32", max_tokens=48)
+    assert verify.first_divergence is None and prefill.first_divergence is None
+    assert verify.tokens_compared > 0 and verify.max_logprob_diff < 1e-3
+    assert prefill.max_logprob_diff < 1e-3
