@@ -14,9 +14,10 @@ the greedy outputs diverge.
 
 from __future__ import annotations
 
-import gc
 import math
 from dataclasses import asdict, dataclass
+
+from rollout.vllm_tools import shutdown
 
 
 @dataclass
@@ -78,22 +79,16 @@ def _compare(reference, other_tokens, other_logprobs) -> tuple[float, int, tuple
     return worst, compared, first
 
 
-def _shutdown(llm) -> None:
-    llm.llm_engine.engine_core.shutdown()
-    del llm
-    gc.collect()
-
-
 def check_dtype(model: str, prompts: list[list[int]], dtype: str, max_tokens: int, k: int = 3) -> list[PathComparison]:
     base = dict(dtype=dtype, max_model_len=4096, enforce_eager=True, seed=0, kv_cache_memory_bytes=1 << 30)
     llm, decode = _generate(model, prompts, base, max_tokens)
     prefill = _score(llm, prompts, [tokens for tokens, _ in decode])
-    _shutdown(llm)
+    shutdown(llm)
     spec = dict(speculative_config={"method": "custom_class", "model": "rollout.proposer.SamProposer",
                                     "num_speculative_tokens": k},
                 additional_config={"sam_spec": {"threshold": None}})
     llm, verify = _generate(model, prompts, base | spec, max_tokens)
-    _shutdown(llm)
+    shutdown(llm)
     out = []
     worst, compared, first = _compare(decode, [t for t, _ in verify], [lp for _, lp in verify])
     out.append(PathComparison(dtype, f"verify (SAM k={k})", worst, compared, first))

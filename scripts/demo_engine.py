@@ -11,7 +11,6 @@ token-identical with SAM off and on) and the first half of the prompts with n sa
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import sys
@@ -19,14 +18,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def spec_counters(llm) -> dict:
-    out = {}
-    for m in llm.get_metrics():
-        if m.name.startswith("vllm:spec_decode_num_"):
-            out[m.name.removeprefix("vllm:spec_decode_")] = m.value if hasattr(m, "value") else list(m.values)
-    return out
 
 
 def generate(llm, prompts, params) -> tuple[float, list[list[int]]]:
@@ -39,6 +30,8 @@ def run_engine(label: str, model: str, batches: dict, engine_kw: dict) -> dict:
     """Build one engine, run every batch, read its counters, shut it down."""
     from vllm import LLM
 
+    from rollout.vllm_tools import mean_acceptance_length, shutdown, spec_decode_counters
+
     print(f"[{label}] starting the engine ...", flush=True)
     llm = LLM(model, **engine_kw)
     result = {}
@@ -48,12 +41,9 @@ def run_engine(label: str, model: str, batches: dict, engine_kw: dict) -> dict:
         print(f"[{label}] {name}: {sum(map(len, tokens))} tokens in {seconds:.1f} s "
               f"({result[name]['tok_per_s']:.1f} tok/s)", flush=True)
     if "speculative_config" in engine_kw:
-        counters = spec_counters(llm)
-        result["acceptance"] = 1 + counters["num_accepted_tokens"] / max(counters["num_drafts"], 1)
+        result["acceptance"] = mean_acceptance_length(spec_decode_counters(llm)) or 1.0
         (result["sam"],) = llm.collective_rpc("sam_spec_metrics")
-    llm.llm_engine.engine_core.shutdown()
-    del llm
-    gc.collect()
+    shutdown(llm)
     return result
 
 
@@ -76,13 +66,11 @@ def main(argv: list[str] | None = None) -> dict:
 
     from benchmarks.data import load_dapo_prompts
     from rollout.tiny_model import ensure_smollm2
+    from rollout.vllm_tools import chat_prompt_ids
 
     print("Preparing SmolLM2-135M-Instruct (converted once from GGUF, then cached) ...", flush=True)
     model = str(ensure_smollm2())
-    tokenizer = AutoTokenizer.from_pretrained(model)
-    prompts = [tokenizer.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True,
-                                             tokenize=False) for q in load_dapo_prompts(args.prompts)]
-    prompts = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+    prompts = chat_prompt_ids(AutoTokenizer.from_pretrained(model), load_dapo_prompts(args.prompts))
     batches = {
         f"greedy {len(prompts)} x 1": (prompts, SamplingParams(temperature=0.0, max_tokens=args.max_tokens)),
         f"T=1.0 {len(prompts) // 2} x {args.n}": (prompts[: len(prompts) // 2],

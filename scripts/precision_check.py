@@ -28,12 +28,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     from benchmarks.data import load_dapo_prompts
     from rollout.precision import check_dtype
     from rollout.tiny_model import ensure_smollm2
+    from rollout.vllm_tools import chat_prompt_ids
 
     model = str(ensure_smollm2())
-    tokenizer = AutoTokenizer.from_pretrained(model)
-    prompts = [tokenizer(tokenizer.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True,
-                                                       tokenize=False), add_special_tokens=False)["input_ids"]
-               for q in load_dapo_prompts(args.prompts)]
+    prompts = chat_prompt_ids(AutoTokenizer.from_pretrained(model), load_dapo_prompts(args.prompts))
     rows = []
     for dtype in args.dtypes:
         print(f"[{dtype}] decode, prefill and verify paths ...", flush=True)

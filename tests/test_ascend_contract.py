@@ -13,7 +13,6 @@ import os
 import subprocess
 import sys
 import zipfile
-from pathlib import Path
 
 import numpy as np
 import pytest

