@@ -87,6 +87,13 @@ SETTINGS: dict[str, tuple[dict | None, dict | None, str]] = {
         {"sam_spec": {"threshold": 8, "group_aware": True}},
         f"SAM, k={K}, threshold 8, group_aware true (SamSettings defaults)",
     ),
+    # not in the default list: drafting only on matches as long as n-gram's (5), where verifying is not
+    # free (CPU); draft length scaled with the match beyond that
+    "sam_min5": (
+        dict(_SAM),
+        {"sam_spec": {"threshold": None, "group_aware": False, "min_match": 5, "length_policy": "scaled"}},
+        f"SAM, k={K}, threshold null, group_aware false, min_match 5, scaled length",
+    ),
 }
 DEFAULT_SETTINGS = ["none", "ngram", "suffix", "sam", "sam_thr8", "sam_group"]
 
