@@ -174,44 +174,16 @@ def get_edge(states, edges, s, token):
 
 
 @njit(cache=True, inline="always")
-def _get_block_edge(edges, block, token):
-    """Target of `token` in an edge block, or -1."""
-    if block == NO_BLOCK:
-        return -1
-    cls = block >> OFFSET_BITS
-    off = block & OFFSET_MASK
-    if cls <= MAX_LINEAR_CLASS:
-        for i in range(off, off + (1 << cls)):
-            t = edges[2 * i]
-            if t == token:
-                return edges[2 * i + 1]
-            if t < 0:
-                return -1
-        return -1
-    mask = (1 << cls) - 1
-    base = off + 1
-    i = _hash_slot(token, mask)
-    while True:
-        t = edges[2 * (base + i)]
-        if t == token:
-            return edges[2 * (base + i) + 1]
-        if t < 0:
-            return -1
-        i = (i + 1) & mask
-
-
-@njit(cache=True, inline="always")
-def _block_put(edges, block, token, target):
-    """Set token -> target in a block. Returns the degree after, or -1 if a linear block is full."""
+def _find_slot(edges, block, token):
+    """Pair index in a block holding `token`, else the slot it would go in; -1 when a linear block
+    is full without it (a hash block always has a free slot: its load stays <= 1/2)."""
     cls = block >> OFFSET_BITS
     off = block & OFFSET_MASK
     if cls <= MAX_LINEAR_CLASS:
         for i in range(off, off + (1 << cls)):
             t = edges[2 * i]
             if t == token or t < 0:
-                edges[2 * i] = token
-                edges[2 * i + 1] = target
-                return i - off + 1
+                return i
         return -1
     mask = (1 << cls) - 1
     base = off + 1
@@ -219,12 +191,36 @@ def _block_put(edges, block, token, target):
     while True:
         t = edges[2 * (base + i)]
         if t == token or t < 0:
-            edges[2 * (base + i)] = token
-            edges[2 * (base + i) + 1] = target
-            if t < 0:
-                edges[2 * off] += 1
-            return edges[2 * off]
+            return base + i
         i = (i + 1) & mask
+
+
+@njit(cache=True, inline="always")
+def _get_block_edge(edges, block, token):
+    """Target of `token` in an edge block, or -1."""
+    if block == NO_BLOCK:
+        return -1
+    i = _find_slot(edges, block, token)
+    return edges[2 * i + 1] if i >= 0 and edges[2 * i] == token else -1
+
+
+@njit(cache=True, inline="always")
+def _block_put(edges, block, token, target):
+    """Set token -> target in a block. Returns the degree after (for a linear block, the filled
+    prefix up to this edge), or -1 if a linear block is full."""
+    i = _find_slot(edges, block, token)
+    if i < 0:
+        return -1
+    new = edges[2 * i] < 0
+    edges[2 * i] = token
+    edges[2 * i + 1] = target
+    cls = block >> OFFSET_BITS
+    off = block & OFFSET_MASK
+    if cls <= MAX_LINEAR_CLASS:
+        return i - off + 1
+    if new:
+        edges[2 * off] += 1
+    return edges[2 * off]
 
 
 @njit(cache=True)
