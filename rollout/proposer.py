@@ -58,6 +58,10 @@ class SamSettings:
 
     threshold: speculate only in steps whose number of scheduled requests (prefills included)
         is <= threshold; ``None`` = always. Drafter state is kept current either way.
+    schedule: optional ``[[max_batch, k], ...]`` (strictly increasing max_batch, 0 <= k <= k of
+        speculative_config): a step scheduling n requests drafts k tokens from the first pair with
+        n <= max_batch, none above the last pair (``sam.switch``; e.g. from
+        ``scripts/simulate_rollout.py``). When set, it replaces ``threshold``.
     min_match, length_policy, group_aware, history_tokens: passed to ``sam.DraftConfig``.
     log_interval_s: log the proposer's own metrics every this many seconds (0 = never).
     k is not a field here: it is ``speculative_config.num_speculative_tokens``.
@@ -70,6 +74,7 @@ class SamSettings:
     group_aware: bool = True
     history_tokens: int = 0
     log_interval_s: float = 0.0
+    schedule: tuple | None = None
 
     def __post_init__(self) -> None:
         where = f"additional_config.{SETTINGS_KEY}"
@@ -78,6 +83,10 @@ class SamSettings:
         t = self.threshold
         if t is not None and (isinstance(t, bool) or not isinstance(t, int) or t < 0):
             raise ValueError(f"{where}.threshold must be an integer >= 0 or null, got {t!r}")
+        if self.schedule is not None:  # normalise to a tuple of int pairs (hashable, frozen)
+            from sam.switch import validate_schedule
+
+            object.__setattr__(self, "schedule", validate_schedule(self.schedule, self.k, f"{where}.schedule"))
         li = self.log_interval_s
         if isinstance(li, bool) or not isinstance(li, (int, float)) or li < 0:
             raise ValueError(f"{where}.log_interval_s must be a number >= 0, got {li!r}")
@@ -108,6 +117,11 @@ class SamSettings:
         unknown = sorted(set(raw) - known)
         if unknown:
             raise ValueError(f"{where}: unknown setting(s) {unknown}; known: {sorted(known)}")
+        if raw.get("schedule") is not None and raw.get("threshold") is not None:
+            raise ValueError(
+                f"{where}: set either threshold or schedule, not both (got threshold={raw['threshold']!r} "
+                f"and schedule={raw['schedule']!r}); a threshold t is the schedule [[t, k]]"
+            )
         return cls(k=k, **raw)
 
     @classmethod
@@ -227,8 +241,16 @@ class SamStepper:
         d.sync(req_ids, token_ids_cpu[: len(req_ids)], lengths)
 
     def speculate_now(self, num_scheduled_reqs: int) -> bool:
+        return self.k_now(num_scheduled_reqs) > 0
+
+    def k_now(self, num_scheduled_reqs: int) -> int:
+        """Draft tokens per request for a step scheduling this many requests (schedule or threshold)."""
+        if self.settings.schedule is not None:
+            from sam.switch import k_for_batch
+
+            return k_for_batch(self.settings.schedule, num_scheduled_reqs)
         t = self.settings.threshold
-        return t is None or num_scheduled_reqs <= t
+        return self.k if t is None or num_scheduled_reqs <= t else 0
 
     def step(
         self,
@@ -283,10 +305,11 @@ class SamStepper:
         nsched = n if num_scheduled_reqs is None else int(num_scheduled_reqs)
         m.calls += 1
         kk = self.k if k is None else min(int(k), self.k)
+        kk = min(kk, self.k_now(nsched))  # the adaptive switch: threshold or schedule
         decode_rows = [i for i in range(n) if len(sampled_token_ids[i]) > 0]
         m.decode_row_steps += len(decode_rows)
         m.steps += bool(decode_rows)
-        if kk > 0 and decode_rows and self.speculate_now(nsched):
+        if kk > 0 and decode_rows:
             m.steps_on += 1
             rows = np.asarray(decode_rows, dtype=np.int64)
             # never draft past max_model_len (same rule as vLLM's ngram proposer)
