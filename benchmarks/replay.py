@@ -23,30 +23,44 @@ from .data import TraceGroup
 POSITION_BINS = (0, 128, 256, 512, 1024, 2048)
 
 
-def bin_labels() -> list[str]:
-    edges = list(POSITION_BINS) + [None]
-    return [f"{lo}-{hi}" if hi else f"{lo}+" for lo, hi in zip(edges[:-1], edges[1:])]
+def bin_labels(edges=POSITION_BINS) -> list[str]:
+    """'lo-hi' for each bin of lower edges `edges`; the last bin is open-ended ('lo+')."""
+    bounds = list(edges) + [None]
+    return [f"{lo}-{hi}" if hi else f"{lo}+" for lo, hi in zip(bounds[:-1], bounds[1:])]
 
 
 @dataclass
 class ReplayStats:
-    """Counts over all decode steps of all requests (prefill steps excluded)."""
+    """Counts over all decode steps of all requests (prefill steps excluded), in total and per bin of
+    response position (`bin_edges`: increasing lower edges from 0; the last bin is open-ended)."""
 
     steps: int = 0
     tokens: int = 0  # tokens emitted by those steps: accepted + bonus
     drafted: int = 0
     accepted: int = 0
-    bin_steps: np.ndarray = field(default_factory=lambda: np.zeros(len(POSITION_BINS), dtype=np.int64))
-    bin_tokens: np.ndarray = field(default_factory=lambda: np.zeros(len(POSITION_BINS), dtype=np.int64))
+    bin_edges: tuple[int, ...] = POSITION_BINS
+    bin_steps: np.ndarray = field(init=False)
+    bin_tokens: np.ndarray = field(init=False)
+    bin_drafted: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        edges = np.asarray(self.bin_edges)
+        if edges.ndim != 1 or not edges.size or edges[0] != 0 or np.any(np.diff(edges) <= 0):
+            raise ValueError(f"bin_edges must increase from 0, got {self.bin_edges!r}")
+        self.bin_edges = tuple(int(e) for e in edges)
+        self.bin_steps = np.zeros(len(edges), dtype=np.int64)
+        self.bin_tokens = np.zeros(len(edges), dtype=np.int64)
+        self.bin_drafted = np.zeros(len(edges), dtype=np.int64)
 
     def record(self, position: int, drafted: int, accepted: int, emitted: int) -> None:
-        b = int(np.searchsorted(POSITION_BINS, position, side="right")) - 1
+        b = int(np.searchsorted(self.bin_edges, position, side="right")) - 1
         self.steps += 1
         self.tokens += emitted
         self.drafted += drafted
         self.accepted += accepted
         self.bin_steps[b] += 1
         self.bin_tokens[b] += emitted
+        self.bin_drafted[b] += drafted
 
     @property
     def acceptance_length(self) -> float:
@@ -61,11 +75,14 @@ class ReplayStats:
     def by_position(self) -> list[float | None]:
         return [float(t / s) if s else None for t, s in zip(self.bin_tokens, self.bin_steps)]
 
+    def drafted_by_position(self) -> list[float | None]:
+        return [float(d / s) if s else None for d, s in zip(self.bin_drafted, self.bin_steps)]
+
     def as_dict(self) -> dict:
         return {"acceptance_length": self.acceptance_length, "draft_efficiency": self.draft_efficiency,
                 "drafted_per_step": self.drafted / max(self.steps, 1), "steps": self.steps, "tokens": self.tokens,
-                "by_position": dict(zip(bin_labels(), self.by_position())),
-                "steps_by_position": dict(zip(bin_labels(), self.bin_steps.tolist()))}
+                "by_position": dict(zip(bin_labels(self.bin_edges), self.by_position())),
+                "steps_by_position": dict(zip(bin_labels(self.bin_edges), self.bin_steps.tolist()))}
 
 
 def _accepted_prefix(draft: np.ndarray, truth: np.ndarray) -> int:
@@ -107,9 +124,9 @@ def replay_group(drafter, g: int, group: TraceGroup, k: int, stats: ReplayStats)
             done[i] += len(tokens)
 
 
-def replay(drafter, groups: list[TraceGroup], k: int = 3) -> ReplayStats:
+def replay(drafter, groups: list[TraceGroup], k: int = 3, bin_edges=POSITION_BINS) -> ReplayStats:
     """Replay the groups in order through one drafter, whose state (history) persists across groups."""
-    stats = ReplayStats()
+    stats = ReplayStats(bin_edges=tuple(bin_edges))
     for g, group in enumerate(groups):
         replay_group(drafter, g, group, k, stats)
     return stats
