@@ -23,6 +23,7 @@ from sam import DraftConfig
 from .data import TraceGroup
 from .drafters import ArcticSuffixDrafter, SamDrafter, VllmNgramDrafter, arctic_available, vllm_available
 from .replay import ReplayStats, replay
+from .traces import QWEN25MATH, load_trace_set
 
 HISTORY_TOKENS = 1 << 21  # as in bench_replay: more than these traces hold, so nothing is evicted
 FIRST_EDGE = 128
@@ -138,19 +139,7 @@ def plot(profile: dict, path: Path, min_steps: int) -> None:
     plt.close(fig)
 
 
-QWEN25MATH = "qwen25math"
 DEFAULT_FIXTURE = Path(__file__).resolve().parent / "fixtures" / "smollm2_dapo_T1.0_n8.npz"
-
-
-def load_trace_set(source: str) -> tuple[str, list[TraceGroup]]:
-    """'qwen25math' (the shared traces, Qwen3 tokenizer) or a trace file (.npz) -> (name, groups)."""
-    if source == QWEN25MATH:
-        from .data import load_trace_groups
-
-        return QWEN25MATH, load_trace_groups()
-    from .traces import load_trace_file
-
-    return Path(source).stem, load_trace_file(source)
 
 
 def parse_args(argv: list[str] | None = None):

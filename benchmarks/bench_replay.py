@@ -1,6 +1,6 @@
 """Replay benchmark: acceptance on real traces and drafting cost, every method in one run.
 
-    python -m benchmarks.bench_replay [--groups N] [--out results/]
+    python -m benchmarks.bench_replay [--groups N] [--out results/] [--traces qwen25math|FILE.npz]
 
 Prints tables, writes replay.json and acceptance_by_position.png under --out.
 """
@@ -18,9 +18,9 @@ import numpy as np
 from sam import DraftConfig
 
 from . import continuation_study, speed
-from .data import load_trace_groups
 from .drafters import ArcticSuffixDrafter, SamDrafter, VllmNgramDrafter, arctic_available, vllm_available
 from .replay import bin_labels, replay
+from .traces import QWEN25MATH, load_trace_set
 
 HISTORY_TOKENS = 1 << 21  # 2M tokens: more than the traces hold, so nothing is evicted here
 MIN_PLOTTED_STEPS = 1000  # position bins with fewer decode steps are too noisy to plot
@@ -126,7 +126,7 @@ def target_checks(acceptance: dict, speed_results: dict) -> dict:
     return checks
 
 
-def plot(acceptance: dict, path: Path) -> None:
+def plot(acceptance: dict, path: Path, title: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -142,7 +142,7 @@ def plot(acceptance: dict, path: Path) -> None:
         ax.plot(keep, values, marker="o", label=f"{name} ({r['acceptance_length']:.2f})")
     ax.set_xlabel(f"position in response (tokens; bins with >= {MIN_PLOTTED_STEPS} decode steps)")
     ax.set_ylabel("mean acceptance length (k=3, bonus included)")
-    ax.set_title("Replay of Qwen2.5-Math traces (100 MATH problems x 8), honest lockstep")
+    ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -155,10 +155,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--k", type=int, default=3)
     parser.add_argument("--out", type=Path, default=Path("results"))
     parser.add_argument("--skip-speed", action="store_true")
+    parser.add_argument("--traces", default=QWEN25MATH, help=f"'{QWEN25MATH}' (shared traces) or a trace file (.npz)")
     args = parser.parse_args(argv)
     notes: list[str] = []
-    print("Tokenising traces with the Qwen3 tokenizer ...", flush=True)
-    groups = load_trace_groups(args.groups)
+    print(f"Loading traces {args.traces} ...", flush=True)
+    trace_set, groups = load_trace_set(args.traces, args.groups)
     print(f"{len(groups)} groups, {sum(len(r) for g in groups for r in g.responses)} response tokens")
     print("Replaying (mean acceptance length):", flush=True)
     acceptance = run_acceptance(groups, args.k, notes)
@@ -176,11 +177,13 @@ def main(argv: list[str] | None = None) -> dict:
         print("NOTE:", note)
     args.out.mkdir(parents=True, exist_ok=True)
     report = {"date": time.strftime("%Y-%m-%d"), "machine": platform.processor() or platform.machine(),
-              "k": args.k, "groups": len(groups), "acceptance": acceptance, "continuation_policies": continuations,
+              "k": args.k, "trace_set": trace_set, "groups": len(groups), "acceptance": acceptance,
+              "continuation_policies": continuations,
               "speed": speed_results,
               "targets": checks, "notes": notes}
     (args.out / "replay.json").write_text(json.dumps(report, indent=2))
-    plot(acceptance, args.out / "acceptance_by_position.png")
+    title = f"Replay of {trace_set} ({len(groups)} prompts), honest lockstep"
+    plot(acceptance, args.out / "acceptance_by_position.png", title)
     print(f"wrote {args.out / 'replay.json'} and {args.out / 'acceptance_by_position.png'}")
     return report
 
