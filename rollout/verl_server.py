@@ -1,0 +1,44 @@
+"""SAM's vLLM server and replica for verl 0.9.1 (subclasses of verl's own; no fork).
+
+- ``SamvLLMHttpServer._preprocess_engine_kwargs`` (verl's hook, called in ``launch_server`` before
+  the engine arguments are built) checks SAM's settings before the engine starts and routes them
+  to the platform: vLLM's ``custom_class`` proposer on GPU, vllm-ascend's ``ngram`` route with
+  ``additional_config.sam_spec`` on NPU (vllm-ascend does not dispatch ``custom_class``;
+  ``rollout/ascend.py`` turns that route into SAM).
+- ``SamvLLMHttpServer.sam_spec_metrics`` returns the proposer's counters from every worker
+  (verl's own ``collective_rpc`` discards results).
+- ``SamvLLMReplica`` launches those servers and registers itself for per-step metrics
+  (``rollout.verl_hook``).
+
+Importing this module imports verl's vLLM rollout, hence vLLM.
+"""
+
+from __future__ import annotations
+
+import ray
+from verl.utils.device import get_device_name
+from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMHttpServer, vLLMReplica
+
+from rollout import verl_hook
+from rollout.verl_engine_args import route_sam_engine_kwargs, sam_requested
+
+
+class SamvLLMHttpServer(vLLMHttpServer):
+    def _preprocess_engine_kwargs(self, engine_kwargs: dict) -> None:
+        super()._preprocess_engine_kwargs(engine_kwargs)
+        route_sam_engine_kwargs(engine_kwargs, get_device_name())
+
+    async def sam_spec_metrics(self) -> list:
+        """``SamMetrics.as_dict()`` per worker (None where no SAM proposer runs)."""
+        return await self.engine.collective_rpc("sam_spec_metrics")
+
+
+class SamvLLMReplica(vLLMReplica):
+    def __init__(self, replica_rank: int, config, model_config, *args, **kwargs):
+        super().__init__(replica_rank, config, model_config, *args, **kwargs)
+        self.server_class = ray.remote(SamvLLMHttpServer)
+        engine_kwargs = (self.config.engine_kwargs or {}).get("vllm") or {}
+        self.sam_enabled = sam_requested(engine_kwargs)
+        role = "reward" if self.is_reward_model else "teacher" if self.is_teacher_model else "rollout"
+        self.sam_key = f"{role}_{self.replica_rank}{self.name_suffix}"
+        verl_hook.track_replica(self)
