@@ -27,8 +27,9 @@ Requests with a ``torch.Generator`` in ``generators`` draw from it, uniforms
 first, then the noise, whenever they have draft tokens and are not greedy, so
 their tokens do not depend on the rest of the batch or on the step's outcome.
 
-No Python loop runs over requests or tokens; the only loop is over the seeded
-requests' generators, which cannot be batched (as in vLLM).
+No Python loop runs over requests or tokens. The only loops are over the
+seeded requests' generators, which cannot be batched (as in vLLM), and, on a
+CPU, over row tiles of a few MB (see ``CPU_TILE_BYTES``).
 """
 
 from __future__ import annotations
@@ -170,17 +171,62 @@ def apply_sampling_constraints(
     changes them (then possibly ``target_logits`` itself; treat as read-only).
     Greedy requests are divided by 1, which keeps their argmax.
     """
-    num_tokens = target_logits.shape[0]
+    token_constraints = _expand_constraints(
+        cu_num_draft_tokens, target_logits.shape[0], temperature, top_k, top_p
+    )
+    return _constrain_logits(target_logits, *token_constraints)
+
+
+TokenConstraints = tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]
+
+
+def _expand_constraints(
+    cu_num_draft_tokens: torch.Tensor,
+    num_tokens: int,
+    temperature: torch.Tensor,
+    top_k: torch.Tensor | None,
+    top_p: torch.Tensor | None,
+) -> TokenConstraints:
+    """Per-token temperature (greedy -> 1), top-k and top-p: ``[num_tokens]`` each (or None)."""
     temperature = temperature.to(torch.float32)
     safe_temperature = torch.where(temperature <= GREEDY_TEMPERATURE, 1.0, temperature)
-    if top_k is None and top_p is None and bool((safe_temperature == 1.0).all()):
-        # Dividing by 1 is the identity: skip a pass over [num_tokens, vocab_size].
-        return target_logits.to(torch.float32)
-    token_temperature = expand_batch_to_tokens(safe_temperature, cu_num_draft_tokens, num_tokens)
-    logits = target_logits.to(torch.float32) / token_temperature.unsqueeze(1)
-    token_top_k = None if top_k is None else expand_batch_to_tokens(top_k, cu_num_draft_tokens, num_tokens)
-    token_top_p = None if top_p is None else expand_batch_to_tokens(top_p, cu_num_draft_tokens, num_tokens)
-    return apply_top_k_top_p(logits, token_top_k, token_top_p)
+    return (
+        expand_batch_to_tokens(safe_temperature, cu_num_draft_tokens, num_tokens),
+        None if top_k is None else expand_batch_to_tokens(top_k, cu_num_draft_tokens, num_tokens),
+        None if top_p is None else expand_batch_to_tokens(top_p, cu_num_draft_tokens, num_tokens),
+    )
+
+
+def _constrain_logits(
+    logits: torch.Tensor,
+    token_temperature: torch.Tensor,
+    token_top_k: torch.Tensor | None,
+    token_top_p: torch.Tensor | None,
+) -> torch.Tensor:
+    """Rows of logits with their tokens' constraints applied; ``logits`` is not modified."""
+    if token_top_k is None and token_top_p is None and bool((token_temperature == 1.0).all()):
+        # Dividing by 1 is the identity: skip a pass over the rows.
+        return logits.to(torch.float32)
+    scaled = logits.to(torch.float32) / token_temperature.unsqueeze(1)
+    return apply_top_k_top_p(scaled, token_top_k, token_top_p)
+
+
+def _take_constraints(constraints: TokenConstraints, token_index: torch.Tensor) -> TokenConstraints:
+    return tuple(None if values is None else values[token_index] for values in constraints)
+
+
+# A CPU allocator maps a fresh [num_tokens, vocab_size] tensor page by page, which costs more than the
+# softmax over it (measured 56 ms against 13 ms at 192 x 151,936); tiles this small are reused from the
+# heap instead. Accelerator allocators cache blocks, so there the rows go in one tile.
+CPU_TILE_BYTES = 4 << 20
+
+
+def _row_tiles(token_index: torch.Tensor, vocab_size: int) -> list[torch.Tensor]:
+    """Split ``[num_rows]`` token indices into tiles of whole rows."""
+    if token_index.device.type != "cpu" or token_index.shape[0] == 0:
+        return [token_index]
+    rows_per_tile = max(1, CPU_TILE_BYTES // (4 * vocab_size))
+    return list(torch.split(token_index, rows_per_tile))
 
 
 # ---------------------------------------------------------------------------
@@ -273,57 +319,64 @@ def sample_recovered_tokens(
     """
     num_tokens = draft_token_ids.shape[0]
     request_index, _ = _token_request_and_position(cu_num_draft_tokens, num_tokens)
-    token_index = torch.arange(num_tokens, device=draft_token_ids.device)
-    return _recovered_tokens_at(
-        token_index, recovery_noise[request_index], draft_token_ids, draft_probs, target_probs
-    )
+    every_token = torch.arange(num_tokens, device=draft_token_ids.device)
+    return torch.cat([
+        _recovered_tokens(
+            target_probs[tile],  # a copy: the residual is built in it
+            draft_token_ids[tile],
+            None if draft_probs is None else draft_probs[tile],
+            recovery_noise[request_index[tile]],
+        )
+        for tile in _row_tiles(every_token, target_probs.shape[1])
+    ])
 
 
-def _recovered_tokens_at(
-    token_index: torch.Tensor,
-    noise_rows: torch.Tensor,
+def _recovered_tokens(
+    target_prob_rows: torch.Tensor,
     draft_token_ids: torch.Tensor,
-    draft_probs: torch.Tensor | None,
-    target_probs: torch.Tensor,
+    draft_prob_rows: torch.Tensor | None,
+    noise_rows: torch.Tensor,
 ) -> torch.Tensor:
-    """Recovered tokens at the ``[num_rows]`` flat token indices, with ``[num_rows, vocab_size]`` noise.
+    """Recovered tokens for ``[num_rows]`` positions; every argument has ``num_rows`` rows.
 
-    Residual first, then the division, in the same order as vllm-ascend's
-    loop so that the argmax is bit-for-bit the same.
+    ``target_prob_rows`` is overwritten with the residual. Residual first,
+    then the division, in the same order as vllm-ascend's loop so that the
+    argmax is bit-for-bit the same.
     """
-    if token_index.shape[0] == 0:
-        return token_index.new_empty(0, dtype=torch.long)
-    residual = target_probs[token_index]  # a copy, safe to modify
-    if draft_probs is None:
-        drafts = draft_token_ids[token_index]
-        draft_column = drafts.clamp_min(0).long().unsqueeze(1)
+    if target_prob_rows.shape[0] == 0:
+        return draft_token_ids.new_empty(0, dtype=torch.long)
+    residual = target_prob_rows
+    if draft_prob_rows is None:
+        draft_column = draft_token_ids.clamp_min(0).long().unsqueeze(1)
         # Zero p at the draft; a padding draft (< 0) removes nothing.
-        kept_value = residual.gather(1, draft_column) * (drafts < 0).unsqueeze(1)
+        kept_value = residual.gather(1, draft_column) * (draft_token_ids < 0).unsqueeze(1)
         residual.scatter_(1, draft_column, kept_value)
     else:
-        residual.sub_(draft_probs[token_index]).clamp_min_(0.0)
+        residual.sub_(draft_prob_rows).clamp_min_(0.0)
     return residual.div_(noise_rows).argmax(dim=1)
+
+
+def _probs_at_drafts(probs: torch.Tensor, draft_token_ids: torch.Tensor) -> torch.Tensor:
+    """``probs[i, draft_token_ids[i]]`` as float64 (padding drafts read column 0): ``[num_rows]``."""
+    draft_column = draft_token_ids.clamp_min(0).long().unsqueeze(1)
+    return probs.gather(1, draft_column).squeeze(1).double()
 
 
 def _accepted_drafts(
     draft_token_ids: torch.Tensor,
-    draft_probs: torch.Tensor | None,
-    target_probs: torch.Tensor,
+    draft_prob: torch.Tensor | None,
+    target_prob: torch.Tensor,
     uniform_probs: torch.Tensor,
 ) -> torch.Tensor:
     """``[num_tokens]`` bool: ``q(x) > 0`` and ``p(x) / q(x) >= u``, ``q(x) = 1`` for point masses.
 
-    The ratio is taken in float64, like the Python-float loops it replaces.
-    Padding drafts (< 0) are never accepted.
+    ``target_prob`` and ``draft_prob`` are ``p(x)`` and ``q(x)`` at the drafts,
+    float64, like the Python-float loops this replaces. Padding drafts (< 0)
+    are never accepted.
     """
-    is_real_draft = draft_token_ids >= 0
-    draft_column = draft_token_ids.clamp_min(0).long().unsqueeze(1)
-    target_prob = target_probs.gather(1, draft_column).squeeze(1).double()
-    if draft_probs is None:
+    if draft_prob is None:
         draft_prob = torch.ones_like(target_prob)
-    else:
-        draft_prob = draft_probs.gather(1, draft_column).squeeze(1).double()
-    return is_real_draft & (draft_prob > 0) & (target_prob / draft_prob >= uniform_probs)
+    return (draft_token_ids >= 0) & (draft_prob > 0) & (target_prob / draft_prob >= uniform_probs)
 
 
 def _num_accepted(accepted: torch.Tensor, cu_num_draft_tokens: torch.Tensor, max_spec_len: int) -> torch.Tensor:
@@ -434,7 +487,12 @@ def rejection_random_sample(
         output_token_ids,
         cu_num_draft_tokens,
         draft_token_ids,
-        accepted=_accepted_drafts(draft_token_ids, draft_probs, target_probs, uniform_probs),
+        accepted=_accepted_drafts(
+            draft_token_ids,
+            None if draft_probs is None else _probs_at_drafts(draft_probs, draft_token_ids),
+            _probs_at_drafts(target_probs, draft_token_ids),
+            uniform_probs,
+        ),
         replacement_token_ids=recovered_token_ids,
         bonus_token_ids=bonus_token_ids,
         rows_to_write=None if is_greedy is None else ~is_greedy,
@@ -498,20 +556,33 @@ def rejection_sample(
     is_greedy = temperature <= GREEDY_TEMPERATURE
     # One host sync to pick the paths; fine for CPU and for verifying the algorithm.
     any_greedy, all_greedy = bool(is_greedy.any()), bool(is_greedy.all())
-    logits = apply_sampling_constraints(target_logits, cu_num_draft_tokens, temperature, top_k, top_p)
 
     if any_greedy:
+        # Temperature, top-k and top-p all keep the argmax, so greedy reads the raw logits.
         rejection_greedy_sample(
-            output_token_ids, cu_num_draft_tokens, draft_token_ids, logits.argmax(dim=1),
+            output_token_ids, cu_num_draft_tokens, draft_token_ids, target_logits.argmax(dim=1),
             bonus_token_ids, None if all_greedy else is_greedy,
         )
         if all_greedy:
             return output_token_ids
 
-    target_probs = logits.softmax(dim=-1)
+    # The target distribution is built tile by tile and never held whole: the
+    # accept test needs only p(x), the recovery only the first rejected rows.
+    constraints = _expand_constraints(cu_num_draft_tokens, num_tokens, temperature, top_k, top_p)
+
+    def target_probs_at(token_index: torch.Tensor) -> torch.Tensor:
+        logits = _constrain_logits(target_logits[token_index], *_take_constraints(constraints, token_index))
+        return logits.softmax(dim=-1)
+
+    every_token = torch.arange(num_tokens, device=device)
+    target_prob = torch.cat([
+        _probs_at_drafts(target_probs_at(tile), draft_token_ids[tile])
+        for tile in _row_tiles(every_token, vocab_size)
+    ])
+    draft_prob = None if draft_probs is None else _probs_at_drafts(draft_probs, draft_token_ids)
     if uniform_probs is None:
         uniform_probs = generate_uniform_probs(num_draft_tokens, generators, device, is_greedy)
-    accepted = _accepted_drafts(draft_token_ids, draft_probs, target_probs, uniform_probs)
+    accepted = _accepted_drafts(draft_token_ids, draft_prob, target_prob, uniform_probs)
 
     # Only the recovered token at a request's first rejection is emitted, so
     # sample just those (at most batch_size rows instead of num_tokens).
@@ -525,10 +596,17 @@ def rejection_sample(
         )
     else:
         noise_rows = recovery_noise[recovery_requests]
+    tile_rows = _row_tiles(torch.arange(recovery_tokens.shape[0], device=device), vocab_size)
     recovered_token_ids = torch.full_like(draft_token_ids, PLACEHOLDER_TOKEN_ID, dtype=torch.long)
-    recovered_token_ids[recovery_tokens] = _recovered_tokens_at(
-        recovery_tokens, noise_rows, draft_token_ids, draft_probs, target_probs
-    )
+    recovered_token_ids[recovery_tokens] = torch.cat([
+        _recovered_tokens(
+            target_probs_at(recovery_tokens[rows]),
+            draft_token_ids[recovery_tokens[rows]],
+            None if draft_probs is None else draft_probs[recovery_tokens[rows]],
+            noise_rows[rows],
+        )
+        for rows in tile_rows
+    ])
     _accepted_prefix_to_output(
         output_token_ids, cu_num_draft_tokens, draft_token_ids, accepted, recovered_token_ids,
         bonus_token_ids, rows_to_write=~is_greedy if any_greedy else None,

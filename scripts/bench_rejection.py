@@ -17,6 +17,13 @@ float32 and point-mass drafts (the model-free drafter's case), it times:
 Targets put extra logit mass on the drafts so that most are accepted
 (the regime speculative decoding runs in). Times are the best of a few runs, in ms.
 
+Two floors bound what any exact implementation can gain on this machine: every
+position whose draft is tested needs a pass over its whole logit row (p(x) needs
+the row's normaliser). ``loop softmax`` is the softmax of just the rows the loop
+tests (it stops at the first rejection); ``all softmax`` the softmax of every
+row, which a batched implementation tests. ``ceiling = loop / all softmax``:
+no batched implementation that computes those softmaxes beats the loop by more.
+
     python scripts/bench_rejection.py [--json results/bench_rejection.json]
 """
 
@@ -36,7 +43,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rollout import ascend_rejection_patch as patch  # noqa: E402
-from sam.rejection import rejection_sample  # noqa: E402
+from sam.rejection import CPU_TILE_BYTES, rejection_sample  # noqa: E402
 from sam.rejection_reference import rejection_sample_reference  # noqa: E402
 
 VOCAB_SIZE = 151_936
@@ -80,6 +87,19 @@ def build_batch(batch_size: int, num_drafts: int, seed: int) -> tuple[dict, dict
         recovery_noise=torch.empty(batch_size, VOCAB_SIZE).exponential_(generator=generator),
     )
     return batch, randoms
+
+
+def softmax_ms(logits: torch.Tensor, repetitions: int) -> float:
+    """Softmax of the rows in tiles of CPU_TILE_BYTES, as the vectorised sampler computes it."""
+    rows_per_tile = max(1, CPU_TILE_BYTES // (4 * logits.shape[1]))
+    return best_ms(lambda: [tile.softmax(dim=-1) for tile in torch.split(logits, rows_per_tile)], repetitions)
+
+
+def rows_the_loop_tests(output: torch.Tensor, drafts: torch.Tensor) -> int:
+    """Positions the textbook loop evaluates: the accepted prefix plus the first rejection."""
+    num_drafts = drafts.shape[1]
+    accepted_prefix = (output[:, :num_drafts] == drafts).int().cumprod(dim=1).sum(dim=1)
+    return int(torch.clamp(accepted_prefix + 1, max=num_drafts).sum())
 
 
 def load_ascend_helpers(source_path: Path) -> dict | None:
@@ -136,6 +156,10 @@ def bench_shape(batch_size: int, num_drafts: int, ascend_helpers: dict | None, b
         loop_ms=best_ms(lambda: rejection_sample_reference(**batch, **randoms), loop_repetitions),
     )
     row["loop_speedup"] = row["loop_ms"] / row["vectorised_ms"]
+    tested_rows = rows_the_loop_tests(vectorised_output, batch["draft_token_ids"].view(batch_size, num_drafts))
+    row["loop_softmax_ms"] = softmax_ms(batch["target_logits"][:tested_rows], 5)
+    row["all_softmax_ms"] = softmax_ms(batch["target_logits"], 5)
+    row["ratio_ceiling"] = row["loop_ms"] / row["all_softmax_ms"]
 
     if ascend_helpers is not None:
         target_probs = batch["target_logits"].softmax(dim=-1)
@@ -153,13 +177,15 @@ def bench_shape(batch_size: int, num_drafts: int, ascend_helpers: dict | None, b
 
 def print_table(rows: list[dict]) -> None:
     with_ascend = "ascend_loops_ms" in rows[0]
-    header = f"{'batch':>5} {'k':>2} {'accept':>6} {'loop ms':>9} {'vec ms':>8} {'vec+rng':>8} {'ratio':>6}"
+    header = (f"{'batch':>5} {'k':>2} {'accept':>6} {'loop ms':>9} {'vec ms':>8} {'vec+rng':>8} {'ratio':>6} "
+              f"{'loop softmax':>12} {'all softmax':>11} {'ceiling':>7}")
     if with_ascend:
         header += f" | {'asc-0.11 ms':>11} {'ours ms':>8} {'ratio':>6}"
     print(header)
     for row in rows:
         line = (f"{row['batch_size']:>5} {row['num_drafts']:>2} {row['acceptance']:>6.2f} {row['loop_ms']:>9.1f} "
-                f"{row['vectorised_ms']:>8.1f} {row['vectorised_rng_ms']:>8.1f} {row['loop_speedup']:>5.1f}x")
+                f"{row['vectorised_ms']:>8.1f} {row['vectorised_rng_ms']:>8.1f} {row['loop_speedup']:>5.1f}x "
+                f"{row['loop_softmax_ms']:>12.1f} {row['all_softmax_ms']:>11.1f} {row['ratio_ceiling']:>6.1f}x")
         if with_ascend:
             line += (f" | {row['ascend_loops_ms']:>11.1f} {row['ascend_vectorised_ms']:>8.1f} "
                      f"{row['ascend_speedup']:>5.1f}x")
