@@ -27,6 +27,7 @@ from collections.abc import Sequence as _SequenceABC
 from typing import Callable, Iterable, Sequence
 
 import numpy as np
+from numba import njit
 
 Schedule = tuple  # tuple[tuple[int, int], ...]
 StepCost = Callable[[int, float, float], float]  # (batch, tokens per request q, context) -> ms
@@ -180,15 +181,29 @@ def choose_k(step_ms_by_k: Sequence[float], min_tokens_by_k: Sequence[float], su
     time): under the model, no request finishes later, so the rollout cannot get slower. Among the
     allowed k, the one with the highest batch token rate wins; ties go to fewer drafts.
     """
-    t0 = float(step_ms_by_k[0])
-    best_k, best_rate = 0, float(sum_tokens_by_k[0]) / t0
-    for k in range(1, len(step_ms_by_k)):
-        tk = float(step_ms_by_k[k])
+    return int(
+        choose_k_arrays(
+            np.asarray(step_ms_by_k, dtype=np.float64),
+            np.asarray(min_tokens_by_k, dtype=np.float64),
+            np.asarray(sum_tokens_by_k, dtype=np.float64),
+        )
+    )
+
+
+@njit(cache=True)
+def choose_k_arrays(step_ms_by_k, min_tokens_by_k, sum_tokens_by_k):
+    """:func:`choose_k` on float64 arrays, compiled (the rollout simulator calls it every step)."""
+    t0 = step_ms_by_k[0]
+    best_k = 0
+    best_rate = sum_tokens_by_k[0] / t0
+    for k in range(1, step_ms_by_k.shape[0]):
+        tk = step_ms_by_k[k]
         if min_tokens_by_k[k] * t0 < tk:
             continue
-        rate = float(sum_tokens_by_k[k]) / tk
+        rate = sum_tokens_by_k[k] / tk
         if rate > best_rate * (1.0 + 1e-12):
-            best_k, best_rate = k, rate
+            best_k = k
+            best_rate = rate
     return best_k
 
 

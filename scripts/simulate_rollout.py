@@ -1,0 +1,230 @@
+"""Simulate synchronous RL rollout steps with SAM off and on (benchmarks/simulator.py).
+
+    .venv/bin/python scripts/simulate_rollout.py            # about a minute; writes JSON + PNG
+
+Scenarios:
+- ``32b_published``: the published Qwen3-32B DAPO setup (96 prompts x 16 samples, max response
+  34,816, max_num_seqs 128, TP 8, threshold 8, k 3) with the published drafter's kind of context
+  (SAM own context), acceptance measured on real traces; should show a modest whole-rollout gain
+  (published: -9.6%) and about 1.35x in the tail.
+- ``32b_ours``: the same setup with our drafter (group + history) and the cost-model policies.
+- ``235b``: Qwen3-235B-A22B (128 prompts x 16, max_num_seqs 64, TP 4, threshold 8, k 3) with the
+  MoE cost model (distinct experts read per step) at several routing correlations.
+
+Unknowns (response lengths, replicas per rollout, routing correlation) are swept; each result is a
+range over that sweep with the base case named. The step-cost model is the shared H200 anchor
+(GPU), not a 910C: see the report for what carries over.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.data import shared_data_dir  # noqa: E402
+from benchmarks.simulator import (  # noqa: E402
+    ANCHOR_CSV,
+    AcceptanceProfile,
+    CostGrid,
+    MoeRooflineCost,
+    RolloutSetup,
+    ScaledVerification,
+    TableCost,
+    compare,
+    fit_roofline,
+    lognormal_lengths,
+    policies_for,
+    summary_row,
+)
+from sam.switch import derive_schedule  # noqa: E402
+
+K = 3
+THRESHOLDS = (4, 8, 16, 32)
+SCHEDULE_CONTEXTS = (2048, 8192, 32768)  # the derived schedule must pay at each of these
+SETUP_32B = dict(name="Qwen3-32B DAPO", requests=96 * 16, max_num_seqs=128, max_response=34816)
+SETUP_235B = dict(name="Qwen3-235B-A22B DAPO", requests=128 * 16, max_num_seqs=64, max_response=34816)
+BASE_LENGTHS = dict(median=6000.0, sigma=0.8)  # assumption: a DAPO-like long tail, ~1.4% truncated
+LENGTH_SWEEP = dict(median=(3000.0, 6000.0, 10000.0), sigma=(0.6, 0.8, 1.0))
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--acceptance", default=str(ROOT / "benchmarks/results/acceptance_qwen25math_k3.json"),
+                   help="scripts/acceptance_curves.py output (measured on real traces)")
+    p.add_argument("--published-method", default="sam_own", help="acceptance method standing for the published drafter")
+    p.add_argument("--our-method", default="sam_group_history")
+    p.add_argument("--min-steps", type=int, default=1000, help="bins with fewer steps are thin (held conservatively)")
+    p.add_argument("--cost", default=None, help="profile CSV (default: the shared H200 anchor)")
+    p.add_argument("--lengths-file", default=None, help="response lengths, one per line or a JSON list (else lognormal)")
+    p.add_argument("--replicas-32b", type=int, nargs="+", default=[8, 4, 16], help="first = base case")
+    p.add_argument("--replicas-235b", type=int, nargs="+", default=[32, 16])
+    p.add_argument("--correlations", type=float, nargs="+", default=[0.0, 0.5, 0.9], help="MoE routing correlation")
+    p.add_argument("--moe-overheads-ms", type=float, nargs="+", default=[0.0, 20.0],
+                   help="extra fixed ms per 235B step (dispatch, launches) the dense fit cannot see")
+    p.add_argument("--verification-factors", type=float, nargs="*", default=[2.0, 4.0],
+                   help="what-if: verification costs this many times the anchor's extra (32B, our drafter)")
+    p.add_argument("--seeds", type=int, default=2)
+    p.add_argument("--quick", action="store_true", help="base case only (no sweep)")
+    p.add_argument("--out", default=str(ROOT / "benchmarks/results/rollout_simulation_2026-11-30.json"))
+    p.add_argument("--png", default=str(ROOT / "benchmarks/results/rollout_simulation_2026-11-30.png"))
+    return p.parse_args(argv)
+
+
+def read_lengths(path: str) -> np.ndarray:
+    text = Path(path).read_text().strip()
+    vals = json.loads(text) if text.startswith("[") else [float(x) for x in text.split()]
+    return np.asarray(vals, dtype=np.float64)
+
+
+def length_cases(args, setup: dict):
+    if args.lengths_file:
+        base = read_lengths(args.lengths_file)
+        return [("file", base)]
+    cases = [("base", dict(BASE_LENGTHS))]
+    if not args.quick:
+        for m, s in itertools.product(LENGTH_SWEEP["median"], LENGTH_SWEEP["sigma"]):
+            if (m, s) != (BASE_LENGTHS["median"], BASE_LENGTHS["sigma"]):
+                cases.append((f"median {m:.0f} sigma {s}", dict(median=m, sigma=s)))
+    return cases
+
+
+def lengths_for(case, setup: dict, seed: int) -> np.ndarray:
+    name, spec = case
+    if isinstance(spec, np.ndarray):
+        rng = np.random.default_rng(seed)
+        return np.clip(rng.choice(spec, size=setup["requests"]), 1, setup["max_response"])
+    return lognormal_lengths(setup["requests"], spec["median"], spec["sigma"], setup["max_response"], seed)
+
+
+def run_scenario(label, setup_kw, replicas_list, cases, cost, profile: AcceptanceProfile, args, extra_policies=True):
+    """All policies over the sweep; returns base-case rows, per-policy ranges, schedule and a trace."""
+    tables = profile.tables(K, args.min_steps)
+    grid = CostGrid.build(cost, setup_kw["max_num_seqs"], K, setup_kw["max_response"] + 2048)
+    tokens_k, drafted_k = profile.conservative(K, args.min_steps)
+    schedule = derive_schedule(cost, setup_kw["max_num_seqs"], tokens_k, drafted_k, SCHEDULE_CONTEXTS)
+    out = dict(label=label, setup=dict(setup_kw), cost=getattr(cost, "label", ""), method=profile.method,
+               schedule=[list(p) for p in schedule], runs=[])
+    ranges: dict = {}
+    for ri, replicas in enumerate(replicas_list):
+        setup = RolloutSetup(replicas=replicas, **setup_kw)
+        pols = policies_for(setup, K, THRESHOLDS, {"auto schedule": schedule} if extra_policies else None)
+        for ci, case in enumerate(cases):
+            for seed in range(args.seeds):
+                lengths = lengths_for(case, setup_kw, seed)
+                base = ri == 0 and ci == 0 and seed == 0
+                rows = compare(setup, lengths, grid, tables, pols, trace_cap=200_000 if base else 0)
+                if base:
+                    out["base"] = dict(replicas=replicas, lengths=case[0], mean_length=float(lengths.mean()),
+                                       truncated=float((lengths >= setup_kw["max_response"]).mean()),
+                                       rows=[summary_row(r) for r in rows])
+                    out["_traces"] = {r["policy"]: r["trace"] for r in rows}
+                for r in rows:
+                    ranges.setdefault(r["policy"], []).append((r["reduction"], r["tail_speedup"]))
+    out["ranges"] = {
+        p: dict(reduction=[float(min(v[0] for v in vals)), float(max(v[0] for v in vals))],
+                tail_speedup=[float(np.nanmin([v[1] for v in vals])), float(np.nanmax([v[1] for v in vals]))],
+                cases=len(vals))
+        for p, vals in ranges.items()
+    }
+    return out
+
+
+def print_scenario(s):
+    b = s["base"]
+    print(f"\n== {s['label']}: {s['setup']['name']}, {s['method']}, {s['cost']}")
+    print(f"   base case: {b['replicas']} replicas, lengths {b['lengths']} (mean {b['mean_length']:.0f}, "
+          f"{100 * b['truncated']:.1f}% truncated); derived schedule {s['schedule']}")
+    print(f"   {'policy':<16}{'wall s':>9}{'reduction':>11}{'tail x':>8}{'spec steps':>12}   range over sweep")
+    for r in b["rows"]:
+        rg = s["ranges"][r["policy"]]
+        print(f"   {r['policy']:<16}{r['wall_s']:>9.1f}{100 * r['reduction']:>10.1f}%{r['tail_speedup']:>8.2f}"
+              f"{100 * r['spec_step_fraction']:>11.1f}%   {100 * rg['reduction'][0]:.1f}..{100 * rg['reduction'][1]:.1f}%,"
+              f" tail {rg['tail_speedup'][0]:.2f}..{rg['tail_speedup'][1]:.2f}x")
+
+
+def plot(scenarios, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
+    ours = next(s for s in scenarios if s["label"] == "32b_ours")
+    for pol, style in (("off", "k-"), ("threshold 8", "C0-"), ("auto", "C3-")):
+        tr = ours["_traces"][pol]
+        axes[0].plot(tr[:, 0] / 1e3, tr[:, 1], style, lw=1, label=pol)
+    axes[0].set_yscale("log")
+    axes[0].set_xlabel("wall time (s), slowest replica")
+    axes[0].set_ylabel("requests in the step")
+    axes[0].set_title("Qwen3-32B setup, our drafter: batch over the rollout")
+    axes[0].legend()
+    labels = [p["policy"] for p in ours["base"]["rows"] if p["policy"] != "off"]
+    width = 0.8 / len(scenarios)
+    for i, s in enumerate(scenarios):
+        red = {r["policy"]: 100 * r["reduction"] for r in s["base"]["rows"]}
+        lo = {p: 100 * v["reduction"][0] for p, v in s["ranges"].items()}
+        hi = {p: 100 * v["reduction"][1] for p, v in s["ranges"].items()}
+        xs = np.arange(len(labels)) + i * width
+        ys = [red.get(p, np.nan) for p in labels]
+        err = np.maximum(0, [[y - lo.get(p, y) for p, y in zip(labels, ys)], [hi.get(p, y) - y for p, y in zip(labels, ys)]])
+        axes[1].bar(xs, ys, width, yerr=err, capsize=2, label=f"{s['label']} ({s['method']})")
+    axes[1].axhline(9.6, color="gray", ls="--", lw=1, label="published 32B (9.6%)")
+    axes[1].set_xticks(np.arange(len(labels)) + width * (len(scenarios) - 1) / 2, labels, rotation=20)
+    axes[1].set_ylabel("rollout time reduction (%)")
+    axes[1].set_title("Reduction vs SAM off (bars: base case; whiskers: sweep)")
+    axes[1].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    t0 = time.time()
+    anchor = TableCost.from_csv(args.cost or shared_data_dir() / ANCHOR_CSV)
+    published = AcceptanceProfile.from_json(args.acceptance, args.published_method)
+    ours = AcceptanceProfile.from_json(args.acceptance, args.our_method)
+    cases = length_cases(args, SETUP_32B)
+    scenarios = [
+        run_scenario("32b_published", SETUP_32B, args.replicas_32b, cases, anchor, published, args),
+        run_scenario("32b_ours", SETUP_32B, args.replicas_32b, cases, anchor, ours, args),
+    ]
+    for f in args.verification_factors:
+        scenarios.append(run_scenario(f"32b_ours verify x{f:g}", SETUP_32B, args.replicas_32b, cases[:1],
+                                      ScaledVerification(anchor, f), ours, args))
+    rates = fit_roofline(anchor)
+    moe = []
+    for rho, extra in itertools.product(args.correlations, args.moe_overheads_ms):
+        cost = MoeRooflineCost(rates, correlation=rho, overhead_ms=extra)
+        moe_cases = cases if (rho, extra) == (args.correlations[0], args.moe_overheads_ms[0]) else cases[:1]
+        moe.append(run_scenario(f"235b rho={rho} +{extra:g}ms", SETUP_235B, args.replicas_235b, moe_cases, cost, ours,
+                                args))
+    for s in scenarios + moe:
+        print_scenario(s)
+    notes = sorted(set(published.notes + ours.notes))
+    for n in notes:
+        print("note:", n)
+    plot(scenarios[:2] + moe[:1], args.png)
+    result = dict(
+        date=time.strftime("%Y-%m-%d"), k=K, acceptance=published.source, cost=anchor.label,
+        roofline_rates_ms=dict(zip(["fixed", "per_weight_GB", "per_KV_GB", "per_ctx_ktoken", "per_TFLOP"],
+                                   map(float, rates))),
+        base_lengths=BASE_LENGTHS, length_sweep=LENGTH_SWEEP if not args.quick else None, seeds=args.seeds,
+        notes=notes, scenarios=[{k: v for k, v in s.items() if not k.startswith("_")} for s in scenarios + moe],
+        seconds=round(time.time() - t0, 1),
+    )
+    Path(args.out).write_text(json.dumps(result, indent=1))
+    print(f"\nwrote {args.out} and {args.png} in {time.time() - t0:.0f} s")
+    return result
+
+
+if __name__ == "__main__":
+    main()

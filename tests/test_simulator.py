@@ -1,0 +1,230 @@
+"""Rollout simulator (benchmarks/simulator.py) on tiny synthetic inputs with hand-checkable answers,
+the acceptance-profile reader, the cost models, and the profile script at tiny CPU shapes."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from benchmarks.simulator import (
+    AcceptanceProfile,
+    CostGrid,
+    MoeRooflineCost,
+    Policy,
+    RolloutSetup,
+    ScaledVerification,
+    TableCost,
+    compare,
+    dense_step_features,
+    fit_roofline,
+    lognormal_lengths,
+    policies_for,
+    simulate,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+K = 3
+
+
+def flat_cost(ms_per_step=10.0):
+    """Free verification: every step costs the same, whatever q, batch and context."""
+    return lambda b, q, c: ms_per_step
+
+
+def setup(requests=6, max_num_seqs=4, replicas=1, tail=2, max_response=64):
+    return RolloutSetup("tiny", requests, max_num_seqs, replicas, max_response, prompt_len=0, tail_batch=tail)
+
+
+def run(cost, profile, policies, lengths, st=None, max_k=K):
+    st = st or setup()
+    grid = CostGrid.build(cost, st.max_num_seqs, max_k, st.max_response + 64, q_step=0.25, ctx_step=16.0)
+    return {r["policy"]: r for r in compare(st, np.asarray(lengths, float), grid, profile.tables(max_k, 1), policies)}
+
+
+def test_off_by_hand():
+    # 4 slots, lengths 8,8,8,8,4,4: the first four run 8 steps, then two run 4: 12 steps of 10 ms
+    st = setup()
+    r = run(flat_cost(), AcceptanceProfile.constant(K, 1.0, 0.0), policies_for(st, K, (2,)), [8, 8, 8, 8, 4, 4])
+    assert r["off"]["steps"] == 12 and r["off"]["wall_s"] == pytest.approx(0.12)
+    assert r["off"]["tail_steps"] == 4  # the last 4 steps run 2 requests (<= tail 2)
+    assert r["off"]["tokens"] == pytest.approx(40)
+
+
+def test_no_acceptance_and_free_verification_change_nothing():
+    st = setup()
+    pols = policies_for(st, K, (2, 4))
+    r = run(flat_cost(), AcceptanceProfile.constant(K, 1.0, 3.0), pols, [8, 8, 8, 8, 4, 4], st)
+    for p in pols:
+        assert r[p.name]["wall_s"] == pytest.approx(r["off"]["wall_s"]), p.name
+        assert r[p.name]["reduction"] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_perfect_acceptance_with_free_verification_gives_k_plus_1_in_the_tail():
+    st = setup(requests=2, max_num_seqs=2, tail=2)
+    lengths = [400, 400]
+    r = run(flat_cost(), AcceptanceProfile.constant(K, K + 1.0, K), policies_for(st, K, (2,)), lengths, st)
+    assert r["threshold 2"]["tail_speedup"] == pytest.approx(K + 1)
+    assert r["threshold 2"]["reduction"] == pytest.approx(1 - 1 / (K + 1))
+    assert r["auto"]["wall_s"] == pytest.approx(r["threshold 2"]["wall_s"])
+
+
+def test_threshold_only_speeds_up_the_tail():
+    # 4 slots, lengths 100 x4 then a lone 400: speculation at batch <= 1 touches only the lone tail
+    st = setup(requests=5, max_num_seqs=4, tail=1)
+    prof = AcceptanceProfile.constant(K, 2.0, 3.0)
+    r = run(flat_cost(), prof, policies_for(st, K, (1,)), [100, 100, 100, 100, 400], st)
+    # off: 100 steps at batch 4 (request 5 waits), then 400 steps alone -> tail 400 steps
+    assert r["off"]["steps"] == 500 and r["off"]["tail_steps"] == 400
+    assert r["threshold 1"]["steps"] == 100 + 200
+    assert r["threshold 1"]["tail_speedup"] == pytest.approx(2.0)
+
+
+def _linear_verification_cost(per_token):
+    # memory-bound base plus a per-verified-token term: q tokens per request cost more with batch
+    return lambda b, q, c: 10.0 + per_token * b * q + 0.001 * b * c
+
+
+@pytest.mark.parametrize("per_token, tokens", [(0.05, 1.3), (0.5, 1.3), (2.0, 2.5), (0.2, 2.0), (5.0, 3.9)])
+def test_auto_never_worse_than_off_under_its_own_cost_model(per_token, tokens):
+    st = setup(requests=40, max_num_seqs=16, tail=4, max_response=2000)
+    lengths = lognormal_lengths(40, 300, 0.9, 2000, seed=3)
+    prof = AcceptanceProfile(K, [0, 100, 400], [tokens, 1.1, tokens], [3.0, 2.0, 3.0], [1000, 1000, 1000])
+    r = run(_linear_verification_cost(per_token), prof, policies_for(st, K, (4,)), lengths, st)
+    assert r["auto"]["wall_s"] <= r["off"]["wall_s"] * (1 + 1e-9)
+
+
+def test_auto_turns_off_when_verification_is_dear():
+    st = setup(requests=8, max_num_seqs=4, tail=4)
+    cost = lambda b, q, c: 10.0 * q  # noqa: E731 - compute-bound: q tokens cost q times
+    r = run(cost, AcceptanceProfile.constant(K, 2.0, 3.0), policies_for(st, K, (4,)), [50] * 8, st)
+    assert r["auto"]["spec_steps"] == 0 and r["auto"]["wall_s"] == pytest.approx(r["off"]["wall_s"])
+    assert r["threshold 4"]["reduction"] < 0  # a fixed threshold loses here
+
+
+def test_slowest_replica_sets_the_wall_time():
+    st = setup(requests=4, max_num_seqs=4, replicas=2, tail=4)
+    grid = CostGrid.build(flat_cost(), 4, K, 200, ctx_step=16.0)
+    prof = AcceptanceProfile.constant(K, 1.0, 0.0).tables(K, 1)
+    off = Policy("off", np.zeros(5, dtype=np.int64))
+    r = simulate(st, np.array([10.0, 10.0, 10.0, 100.0]), grid, prof, off)
+    assert r["wall_s"] == pytest.approx(1.0)  # 100 steps of 10 ms on the replica holding the 100
+
+
+# ------------------------------------------------------------------------- acceptance input
+
+
+def _write_profile(path, tokens, drafted, steps, edges=(0, 128, 512)):
+    data = {"k": 3, "trace_set": "synthetic", "bin_edges": list(edges),
+            "methods": {"sam_group_history": {"tokens_per_step": tokens, "drafted_per_step": drafted, "steps": steps}}}
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_profile_reader_holds_the_last_well_populated_bin(tmp_path):
+    p = _write_profile(tmp_path / "a.json", [1.5, 2.0, None], [2.0, 2.5, None], [5000, 3000, 0])
+    prof = AcceptanceProfile.from_json(p, "sam_group_history")
+    edges, tok, dr = prof.filled(min_steps=1000)
+    assert list(edges) == [0, 128, 512] and list(tok) == [1.5, 2.0, 2.0] and list(dr) == [2.0, 2.5, 2.5]
+    assert any("hold" in n for n in prof.notes)
+    _, tk, dk = prof.tables(3, 1000)
+    assert tk[3, 1] == pytest.approx(2.0) and tk[0, 1] == 1.0 and dk[0, 1] == 0.0
+    assert tk[1, 1] < tk[2, 1] < tk[3, 1]
+    tok_k, _ = prof.conservative(3, 1000)
+    assert tok_k[3] == pytest.approx(1.5)  # the lowest well-populated bin
+
+
+def test_profile_reader_rejects_bad_files(tmp_path):
+    p = _write_profile(tmp_path / "b.json", [1.5, 2.0], [2.0, 2.5], [5000, 3000])
+    with pytest.raises(ValueError, match="one per bin"):
+        AcceptanceProfile.from_json(p, "sam_group_history")
+    p = _write_profile(tmp_path / "c.json", [1.5, 2.0, 2.1], [2.0, 2.5, 2.6], [5000, 3000, 10])
+    with pytest.raises(ValueError, match="no method"):
+        AcceptanceProfile.from_json(p, "ngram")
+    prof = AcceptanceProfile.from_json(p, "sam_group_history")
+    with pytest.raises(ValueError, match="no bin"):
+        prof.filled(min_steps=10**6)
+
+
+def test_real_acceptance_file_when_present():
+    path = ROOT / "benchmarks/results/acceptance_qwen25math_k3.json"
+    if not path.exists():
+        pytest.skip("acceptance curves not generated yet")
+    prof = AcceptanceProfile.from_json(path, "sam_group_history")
+    edges, tk, dk = prof.tables(3)
+    assert np.all(tk >= 1.0) and np.all(tk[3] <= 4.0)
+
+
+# ---------------------------------------------------------------------------------- costs
+
+
+def _rows(fn, batches=(1, 4, 16), qs=(1, 2, 4, 5), ctxs=(2048, 8192)):
+    return [dict(device="synthetic", ctx=c, batch=b, q=q, masked=0, ms_per_step_64_layers=fn(b, q, c))
+            for b in batches for q in qs for c in ctxs]
+
+
+def test_table_cost_is_exact_on_a_linear_model_and_extrapolates_context():
+    fn = lambda b, q, c: 5 + 0.5 * b * q + 0.001 * b * c  # noqa: E731 - linear in each argument
+    t = TableCost(_rows(fn))
+    for args in [(1, 1, 2048), (4, 3.5, 5000), (10, 2.0, 32768), (16, 5, 1000)]:
+        assert t(*args) == pytest.approx(fn(*args))
+    qs, cs = np.array([1.0, 2.5, 4.0]), np.array([0.0, 4096.0, 40000.0])
+    grid = t.on_grid(16, qs, cs)
+    assert grid[7, 1, 2] == pytest.approx(fn(7, 2.5, 40000.0))
+
+
+def test_anchor_csv_reads_and_verification_is_nearly_free_at_small_batch():
+    from benchmarks.data import shared_data_dir
+    from benchmarks.simulator import ANCHOR_CSV
+
+    path = shared_data_dir() / ANCHOR_CSV
+    if not path.exists():
+        pytest.skip("shared anchor CSV not present")
+    t = TableCost.from_csv(path)
+    assert 1.0 <= t(8, 5, 8192) / t(8, 1, 8192) < 1.1
+    assert t(256, 5, 2048) / t(256, 1, 2048) > 2
+    rates = fit_roofline(t)
+    assert np.all(rates >= 0)
+
+
+def test_scaled_verification_and_moe_cost_shapes():
+    fn = lambda b, q, c: 5 + 0.5 * b * q  # noqa: E731
+    t = TableCost(_rows(fn))
+    s = ScaledVerification(t, 3.0)
+    assert s(4, 1, 2048) == pytest.approx(fn(4, 1, 2048))
+    assert s(4, 4, 2048) - s(4, 1, 2048) == pytest.approx(3 * (fn(4, 4, 2048) - fn(4, 1, 2048)))
+    rates = np.array([0.0, 1.0, 0.0, 0.0, 0.0])  # weights only: time follows distinct experts read
+    moe = MoeRooflineCost(rates, tp=1)
+    assert moe(1, 4, 1000) > moe(1, 1, 1000)
+    assert moe(64, 4, 1000) / moe(64, 1, 1000) < 1.02  # 126 of 128 experts read already at q=1
+    corr = MoeRooflineCost(rates, tp=1, correlation=1.0)
+    assert corr(8, 4, 1000) == pytest.approx(corr(8, 1, 1000))
+    f = dense_step_features({"layers": 2, "hidden": 8, "heads": 2, "kv_heads": 1, "head_dim": 4,
+                             "intermediate": 16, "vocab": 10}, 1, 1, 0)
+    assert f[0] == 1.0 and f[2] == 0.0
+
+
+# ------------------------------------------------------------------------- profile script
+
+
+def test_profile_script_runs_on_cpu_tiny_shapes(tmp_path):
+    out = tmp_path / "profile.csv"
+    cmd = [sys.executable, str(ROOT / "scripts/profile_step_cost.py"), "--device", "cpu", "--layers", "1",
+           "--batches", "1,2", "--contexts", "256", "--qs", "1,4", "--tiny", "--repeats", "2", "--out", str(out)]
+    subprocess.run(cmd, check=True, timeout=300, cwd=ROOT, capture_output=True)
+    rows = list(csv.DictReader(out.open()))
+    assert {r["batch"] for r in rows} == {"1", "2"} and {r["q"] for r in rows} == {"1", "4"}
+    assert all(float(r["ms_per_step_64_layers"]) > 0 for r in rows)
+    TableCost(rows)  # the simulator reads it
+
+    moe_out = tmp_path / "moe.csv"
+    cmd[cmd.index(str(out))] = str(moe_out)
+    subprocess.run(cmd + ["--model", "moe"], check=True, timeout=300, cwd=ROOT, capture_output=True)
+    rows = list(csv.DictReader(moe_out.open()))
+    assert rows and all(0 < float(r["distinct_experts"]) <= float(r["experts"]) for r in rows)
+    TableCost(rows)
