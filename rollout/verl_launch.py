@@ -66,6 +66,46 @@ def compose_recipe(recipe: str, config_name: str, overrides: Sequence[str]):
         os.chdir(cwd)
 
 
+def load_recipe(recipe: str, config_name: str, overrides: Sequence[str]):
+    """Composed, type-checked, resolved and validated config. Raises RecipeError."""
+    cfg = compose_recipe(recipe, config_name, overrides)
+    check_override_types(compose_recipe(recipe, config_name, []), cfg, overrides)
+    resolve_and_validate(cfg)
+    return cfg
+
+
+def check_override_types(base, cfg, overrides: Sequence[str]) -> None:
+    """A scalar override keeps the kind of the value it replaces (Hydra accepts clip_ratio_low=oops,
+    and verl's dataclasses do not check it either; it would fail mid-training)."""
+    for override in overrides:
+        key, sep, _ = override.partition("=")
+        if not sep or key.startswith(("+", "~", "hydra.")) or "@" in key:
+            continue
+        before, after = _select(base, key), _select(cfg, key)
+        if before is None or after is None or not isinstance(before, (bool, int, float, str)):
+            continue  # a group, a container, or a nullable value
+        if _kind(before) != _kind(after):
+            raise RecipeError(f"invalid override {override!r}: {key} takes a {_kind(before)}, got {after!r}")
+
+
+def _select(cfg, key: str):
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        return OmegaConf.select(cfg, key, default=None, throw_on_missing=False)
+    except OmegaConfBaseException:
+        return None  # depends on a value given elsewhere (e.g. the model path)
+
+
+def _kind(value) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    return type(value).__name__
+
+
 def first_line(e: BaseException) -> str:
     text = str(e).strip() or type(e).__name__
     return text.splitlines()[0]
@@ -254,8 +294,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     config_name = args.config_name or args.recipe
     try:
-        cfg = compose_recipe(args.recipe, config_name, args.overrides)
-        resolve_and_validate(cfg)
+        cfg = load_recipe(args.recipe, config_name, args.overrides)
         env = runtime_env(cfg)
         cmd = training_command(args.recipe, config_name, args.overrides)
         if args.launcher == "ray-job":

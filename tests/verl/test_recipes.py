@@ -1,0 +1,146 @@
+"""Every recipe config composes against verl 0.9.1's real schema (pkg://verl.trainer.config), passes
+verl's own validation, and resolves to vLLM engine kwargs with SAM's published settings; overrides
+change them; invalid overrides fail before anything launches."""
+
+import pytest
+from verl_step import make_inputs, verl_step_only
+
+verl_step_only()
+
+from omegaconf import OmegaConf  # noqa: E402
+
+from rollout import verl_launch  # noqa: E402
+from rollout.verl_launch import RecipeError  # noqa: E402
+
+# (recipe, config, threshold, k, max_num_seqs, rollout TP, train batch, gen batch, nodes, strategy)
+PUBLISHED = [
+    ("dapo_qwen3_32b", "dapo_qwen3_32b", 8, 3, 128, 8, 32, 96, 2, "fsdp"),
+    ("dapo_qwen3_32b", "dapo_qwen3_32b_8node", 4, 4, 256, 8, 512, 1536, 8, "fsdp"),
+    ("dapo_qwen3_235b", "dapo_qwen3_235b", 8, 3, 64, 4, 128, 128, 8, "megatron"),
+]
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    model, data = make_inputs(tmp_path_factory.mktemp("inputs"))
+    return [
+        f"actor_rollout_ref.model.path={model}",
+        f"data.train_files={data / 'dapo-math-17k.parquet'}",
+        f"data.val_files={data / 'aime-2024.parquet'}",
+    ]
+
+
+def resolved(recipe, name, inputs, *overrides):
+    return verl_launch.load_recipe(recipe, name, [*inputs, *overrides])
+
+
+@pytest.mark.parametrize("recipe,name,threshold,k,seqs,tp,train,gen,nodes,strategy", PUBLISHED)
+def test_published_setup(inputs, recipe, name, threshold, k, seqs, tp, train, gen, nodes, strategy):
+    cfg = resolved(recipe, name, inputs)
+    rollout = cfg.actor_rollout_ref.rollout
+    vllm = OmegaConf.to_container(rollout.engine_kwargs.vllm)
+    assert vllm["speculative_config"] == {
+        "method": "custom_class",
+        "model": "rollout.proposer.SamProposer",
+        "num_speculative_tokens": k,
+    }
+    assert vllm["additional_config"]["sam_spec"]["threshold"] == threshold
+    assert vllm["additional_config"]["sam_spec"]["group_aware"] is True
+    assert (rollout.max_num_seqs, rollout.tensor_model_parallel_size) == (seqs, tp)
+    assert (cfg.data.train_batch_size, cfg.data.gen_batch_size) == (train, gen)
+    assert (cfg.trainer.nnodes, cfg.trainer.n_gpus_per_node, cfg.trainer.device) == (nodes, 16, "npu")
+    assert cfg.actor_rollout_ref.actor.strategy == strategy
+    assert rollout.enforce_eager is True
+
+
+@pytest.mark.parametrize("recipe,name", [(p[0], p[1]) for p in PUBLISHED])
+def test_standard_dapo_settings(inputs, recipe, name):
+    cfg = resolved(recipe, name, inputs)
+    actor, rollout = cfg.actor_rollout_ref.actor, cfg.actor_rollout_ref.rollout
+    assert (actor.clip_ratio_low, actor.clip_ratio_high, actor.loss_agg_mode) == (0.2, 0.28, "token-mean")
+    fg = cfg.algorithm.filter_groups
+    assert (fg.enable, fg.metric, cfg.algorithm.adv_estimator) == (True, "acc", "grpo")
+    assert cfg.reward.reward_manager.name == "dapo"
+    ob = cfg.reward.reward_kwargs.overlong_buffer_cfg
+    assert (ob.enable, ob.len, ob.penalty_factor) == (True, 4096, 1.0)
+    assert cfg.reward.reward_kwargs.max_resp_len == cfg.data.max_response_length
+    assert (rollout.n, rollout.temperature, rollout.top_p, rollout.top_k) == (16, 1.0, 1.0, -1)
+    assert rollout.max_model_len == cfg.data.max_prompt_length + cfg.data.max_response_length
+    assert cfg.ray_kwargs.ray_init.runtime_env.worker_process_setup_hook == "rollout.verl_hook.install"
+
+
+def test_32b_published_response_length(inputs):
+    assert resolved("dapo_qwen3_32b", "dapo_qwen3_32b", inputs).data.max_response_length == 34816
+
+
+def test_overrides_reach_the_engine_kwargs(inputs):
+    cfg = resolved("dapo_qwen3_32b", "dapo_qwen3_32b", inputs,
+                   "sam.threshold=4", "sam.num_speculative_tokens=4", "sam.group_aware=false")  # fmt: skip
+    vllm = cfg.actor_rollout_ref.rollout.engine_kwargs.vllm
+    assert vllm.speculative_config.num_speculative_tokens == 4
+    assert vllm.additional_config.sam_spec.threshold == 4
+    assert vllm.additional_config.sam_spec.group_aware is False
+    from verl.utils.config import omega_conf_to_dataclass
+
+    engine_kwargs = omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout).engine_kwargs["vllm"]
+    assert engine_kwargs["additional_config"]["sam_spec"]["threshold"] == 4  # what the server reads
+
+
+def flat(tree, prefix=""):
+    if not isinstance(tree, dict):
+        return {prefix: tree}
+    out = {}
+    for k, v in tree.items():
+        out.update(flat(v, f"{prefix}.{k}" if prefix else str(k)))
+    return out
+
+
+# what may differ between the arms: SAM itself, and the run's name (hence its log and checkpoints)
+ARM_KEYS = ("sam.", "actor_rollout_ref.rollout.engine_kwargs.vllm.", "trainer.experiment_name",
+            "actor_rollout_ref.rollout.trace.experiment_name", "trainer.default_local_dir")  # fmt: skip
+
+
+@pytest.mark.parametrize("recipe,name", [(p[0], p[1]) for p in PUBLISHED])
+def test_baseline_differs_only_in_sam(inputs, recipe, name):
+    sam = resolved(recipe, name, inputs)
+    base = resolved(recipe, name, inputs, "sam=disabled")
+    assert OmegaConf.to_container(base.actor_rollout_ref.rollout.engine_kwargs.vllm) == {}
+    a, b = flat(OmegaConf.to_container(sam)), flat(OmegaConf.to_container(base))
+    differing = {k for k in set(a) | set(b) if a.get(k, "<absent>") != b.get(k, "<absent>")}
+    assert differing and all(k.startswith(ARM_KEYS) for k in differing), sorted(differing)
+    assert sam.trainer.experiment_name != base.trainer.experiment_name  # separate metric logs
+
+
+def test_ab_seeds_are_shared_and_overridable(inputs):
+    for arm in ("sam=enabled", "sam=disabled"):
+        cfg = resolved("dapo_qwen3_32b", "dapo_qwen3_32b", inputs, arm)
+        assert (cfg.data.shuffle, cfg.data.seed, cfg.actor_rollout_ref.rollout.seed) == (True, 1, 1)
+    cfg = resolved("dapo_qwen3_32b", "dapo_qwen3_32b", inputs, "ab.seed=7")
+    assert (cfg.data.seed, cfg.actor_rollout_ref.rollout.seed) == (7, 7)
+
+
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        ("sam.threshold=-1", "threshold must be an integer >= 0"),
+        ("sam.num_speculative_tokens=0", "num_speculative_tokens must be an integer >= 1"),
+        ("sam.length_policy=wild", "length_policy"),
+        ("sam.treshold=3", "invalid override"),
+        ("sam=sometimes", "invalid override"),
+        ("actor_rollout_ref.rollout.tensor_model_parallel_size=7", "does not divide"),
+        ("actor_rollout_ref.rollout.max_model_len=65536", "max_position_embeddings"),
+        ("actor_rollout_ref.model.path=/nonexistent", "no config.json"),
+        ("data.train_files=/nonexistent.parquet", "not found"),
+        ("actor_rollout_ref.actor.clip_ratio_low=oops", "clip_ratio_low takes a number"),
+        ("sam.group_aware=maybe", "group_aware takes a boolean"),
+    ],
+)
+def test_invalid_overrides_fail_early(inputs, override, message):
+    with pytest.raises(RecipeError, match=message):
+        resolved("dapo_qwen3_32b", "dapo_qwen3_32b", inputs, override)
+
+
+def test_training_command_is_verl_recipes_dapo_entry(inputs):
+    cmd = verl_launch.training_command("dapo_qwen3_32b", "dapo_qwen3_32b", ["sam.threshold=4"])
+    assert cmd[1:3] == ["-m", "recipe.dapo.main_dapo"]
+    assert cmd[-1] == "sam.threshold=4"
