@@ -503,7 +503,9 @@ def simulate(setup: RolloutSetup, lengths: np.ndarray, grid: CostGrid, profile_t
         per.append(dict(wall_ms=wall, tail_ms=tail, steps=steps, tail_steps=tail_steps, spec_steps=spec,
                         tokens=emitted, trace=trace))
     slow = max(range(len(per)), key=lambda i: per[i]["wall_ms"])
-    return dict(policy=policy.name, wall_s=per[slow]["wall_ms"] / 1e3, tail_s=per[slow]["tail_ms"] / 1e3,
+    return dict(policy=policy.name, wall_s=per[slow]["wall_ms"] / 1e3,
+                # tail time summed over replicas: every replica ends in its own tail phase
+                tail_s=sum(p["tail_ms"] for p in per) / 1e3,
                 steps=per[slow]["steps"], tail_steps=per[slow]["tail_steps"], spec_steps=per[slow]["spec_steps"],
                 tokens=float(sum(p["tokens"] for p in per)), slowest_replica=slow, trace=per[slow]["trace"])
 

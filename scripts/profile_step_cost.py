@@ -23,8 +23,11 @@ CPU, tiny shapes (a few seconds; what the tests run):
 CSV columns (a superset of the shared anchor's): device, ctx, batch, q, masked, then
 ``ms_per_step_<L>_layers`` (L = the full model's layers: 64 dense, 94 MoE), then model, dtype, tp,
 layers_measured, graphs (1 = CUDA graph replay), and for MoE: experts, top_k, distinct_experts (mean
-per layer per step, measured from the routing). ``masked`` is 0: the q new tokens attend to the whole
-cache without a causal mask among themselves (the same work as masked, one fewer kernel argument).
+per layer per step, measured from the routing) and moe_kernel (grouped_mm on CUDA, else a loop over
+the experts that have tokens). ``masked`` is 0: the q new tokens attend to the whole cache without
+a causal mask among themselves (the same work as masked, one fewer kernel argument). Not modelled:
+RoPE, the sampler, tensor-parallel communication (``--tp`` times one rank's shard only), and, with
+the plain SDPA call, split-KV decode kernels (long contexts at small batch read pessimistically).
 Combinations whose KV cache would exceed ``--max-kv-gb`` are skipped (e.g. batch 256 at 32k).
 """
 
@@ -100,8 +103,8 @@ class Layer:
         h, d = s["hidden"], s["head_dim"]
         self.s, self.moe = s, moe
 
-        def w(*shape):
-            return (torch.randn(*shape, generator=gen, device="cpu") * shape[-1] ** -0.5).to(device, dtype)
+        def w(*shape):  # drawn on the device: billions of weights, fast there
+            return torch.empty(*shape, device=device, dtype=dtype).normal_(0.0, shape[-1] ** -0.5, generator=gen)
 
         self.norm1 = torch.ones(h, device=device, dtype=dtype)
         self.norm2 = torch.ones(h, device=device, dtype=dtype)
@@ -157,14 +160,21 @@ class Layer:
         return x + (self.moe_mlp(h) if self.moe else self.mlp(h))
 
 
+GROUPED_MM = {"ok": True}  # turned off after the first failure (e.g. a GPU or torch without it)
+
+
 def grouped_expert_mlp(rows, counts, gate_up, down):
     """Expert MLPs over token rows sorted by expert. torch._grouped_mm on CUDA (one kernel per
     projection, empty groups read nothing); elsewhere a loop over the experts that have tokens."""
-    if rows.is_cuda and hasattr(torch, "_grouped_mm"):
-        offs = torch.cumsum(counts, 0, dtype=torch.int32)
-        gu = torch._grouped_mm(rows, gate_up.transpose(1, 2), offs=offs)
-        g, u = gu.chunk(2, dim=-1)
-        return torch._grouped_mm((F.silu(g) * u).contiguous(), down.transpose(1, 2), offs=offs)
+    if rows.is_cuda and hasattr(torch, "_grouped_mm") and GROUPED_MM["ok"]:
+        try:
+            offs = torch.cumsum(counts, 0, dtype=torch.int32)
+            gu = torch._grouped_mm(rows, gate_up.transpose(1, 2), offs=offs)
+            g, u = gu.chunk(2, dim=-1)
+            return torch._grouped_mm((F.silu(g) * u).contiguous(), down.transpose(1, 2), offs=offs)
+        except RuntimeError as e:
+            GROUPED_MM["ok"] = False
+            print(f"  torch._grouped_mm failed ({e}); looping over experts instead (moe_kernel=loop)")
     out = torch.empty(rows.shape[0], down.shape[1], device=rows.device, dtype=rows.dtype)
     start = 0
     for e, c in enumerate(counts.tolist()):
@@ -235,9 +245,9 @@ def profile(args) -> list[dict]:
     moe = args.model == "moe"
     full = (TINY_MOE if moe else TINY_DENSE) if args.tiny else (MOE if moe else DENSE)
     s = shard(full, args.tp)
-    gen = torch.Generator().manual_seed(args.seed)
+    gen = torch.Generator(device=device).manual_seed(args.seed)
     layers = [Layer(s, moe, device, dtype, gen) for _ in range(args.layers)]
-    head = (torch.randn(s["vocab"], s["hidden"], generator=gen) * s["hidden"] ** -0.5).to(device, dtype)
+    head = torch.empty(s["vocab"], s["hidden"], device=device, dtype=dtype).normal_(0.0, s["hidden"] ** -0.5, generator=gen)
     timer = Timer(device)
     qs = ints(args.qs)
     col = f"ms_per_step_{full['layers']}_layers"
@@ -249,9 +259,10 @@ def profile(args) -> list[dict]:
                 continue
             shape = (batch, s["kv_heads"], ctx + max(qs), s["head_dim"])
             # filled on the device (tens of GB at long context); values do not change the timing
-            caches = [tuple(torch.empty(shape, device=device, dtype=dtype).normal_() for _ in "kv") for _ in layers]
+            caches = [tuple(torch.empty(shape, device=device, dtype=dtype).normal_(generator=gen) for _ in "kv")
+                      for _ in layers]
             for q in qs:
-                x = torch.randn(batch, q, s["hidden"], generator=gen).to(device, dtype)
+                x = torch.empty(batch, q, s["hidden"], device=device, dtype=dtype).normal_(generator=gen)
 
                 def run_layers():
                     h = x
@@ -272,7 +283,8 @@ def profile(args) -> list[dict]:
                 row.update(model=args.model, dtype=args.dtype, tp=args.tp, layers_measured=args.layers, graphs=graphs)
                 if moe:
                     distinct = float(torch.stack([layer.distinct for layer in layers]).float().mean())
-                    row.update(experts=s["experts"], top_k=s["top_k"], distinct_experts=round(distinct, 2))
+                    row.update(experts=s["experts"], top_k=s["top_k"], distinct_experts=round(distinct, 2),
+                               moe_kernel="grouped_mm" if device.type == "cuda" and GROUPED_MM["ok"] else "loop")
                 rows.append(row)
                 print(", ".join(f"{k}={v}" for k, v in row.items()), flush=True)
             del caches

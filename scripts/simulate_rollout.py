@@ -72,7 +72,8 @@ def parse_args(argv=None):
                    help="extra fixed ms per 235B step (dispatch, launches) the dense fit cannot see")
     p.add_argument("--verification-factors", type=float, nargs="*", default=[2.0, 4.0],
                    help="what-if: verification costs this many times the anchor's extra (32B, our drafter)")
-    p.add_argument("--seeds", type=int, default=2)
+    p.add_argument("--seeds", type=int, default=2, help="length draws per swept case")
+    p.add_argument("--base-seeds", type=int, default=8, help="length draws for the base case")
     p.add_argument("--quick", action="store_true", help="base case only (no sweep)")
     p.add_argument("--out", default=str(ROOT / "benchmarks/results/rollout_simulation_2026-11-30.json"))
     p.add_argument("--png", default=str(ROOT / "benchmarks/results/rollout_simulation_2026-11-30.png"))
@@ -118,23 +119,39 @@ def run_scenario(label, setup_kw, replicas_list, cases, cost, profile: Acceptanc
         setup = RolloutSetup(replicas=replicas, **setup_kw)
         pols = policies_for(setup, K, THRESHOLDS, {"auto schedule": schedule} if extra_policies else None)
         for ci, case in enumerate(cases):
-            for seed in range(args.seeds):
+            base = ri == 0 and ci == 0
+            seeds = args.base_seeds if base else args.seeds
+            per_seed = []
+            for seed in range(seeds):
                 lengths = lengths_for(case, setup_kw, seed)
-                base = ri == 0 and ci == 0 and seed == 0
-                rows = compare(setup, lengths, grid, tables, pols, trace_cap=200_000 if base else 0)
-                if base:
-                    out["base"] = dict(replicas=replicas, lengths=case[0], mean_length=float(lengths.mean()),
-                                       truncated=float((lengths >= setup_kw["max_response"]).mean()),
-                                       rows=[summary_row(r) for r in rows])
+                rows = compare(setup, lengths, grid, tables, pols, trace_cap=200_000 if base and seed == 0 else 0)
+                if base and seed == 0:
                     out["_traces"] = {r["policy"]: r["trace"] for r in rows}
-                for r in rows:
-                    ranges.setdefault(r["policy"], []).append((r["reduction"], r["tail_speedup"]))
+                    out["base"] = dict(replicas=replicas, lengths=case[0], mean_length=float(lengths.mean()),
+                                       truncated=float((lengths >= setup_kw["max_response"]).mean()), seeds=seeds)
+                per_seed.append(rows)
+            mean_rows = seed_means(per_seed)
+            if base:
+                out["base"]["rows"] = mean_rows
+            for r in mean_rows:
+                ranges.setdefault(r["policy"], []).append((r["reduction"], r["tail_speedup"]))
     out["ranges"] = {
         p: dict(reduction=[float(min(v[0] for v in vals)), float(max(v[0] for v in vals))],
                 tail_speedup=[float(np.nanmin([v[1] for v in vals])), float(np.nanmax([v[1] for v in vals]))],
                 cases=len(vals))
         for p, vals in ranges.items()
     }
+    return out
+
+
+def seed_means(per_seed: list[list[dict]]) -> list[dict]:
+    """Per policy, the mean over seeds of every number (and the seeds' spread of the reduction)."""
+    out = []
+    for i, first in enumerate(per_seed[0]):
+        rows = [summary_row(rs[i]) for rs in per_seed]
+        row = {k: (float(np.mean([r[k] for r in rows])) if isinstance(v, (int, float)) else v) for k, v in rows[0].items()}
+        row["reduction_seed_range"] = [float(min(r["reduction"] for r in rows)), float(max(r["reduction"] for r in rows))]
+        out.append(row)
     return out
 
 
@@ -217,7 +234,8 @@ def main(argv=None):
         date=time.strftime("%Y-%m-%d"), k=K, acceptance=published.source, cost=anchor.label,
         roofline_rates_ms=dict(zip(["fixed", "per_weight_GB", "per_KV_GB", "per_ctx_ktoken", "per_TFLOP"],
                                    map(float, rates))),
-        base_lengths=BASE_LENGTHS, length_sweep=LENGTH_SWEEP if not args.quick else None, seeds=args.seeds,
+        base_lengths=BASE_LENGTHS, length_sweep=LENGTH_SWEEP if not args.quick else None,
+        seeds=args.seeds, base_seeds=args.base_seeds,
         notes=notes, scenarios=[{k: v for k, v in s.items() if not k.startswith("_")} for s in scenarios + moe],
         seconds=round(time.time() - t0, 1),
     )
