@@ -27,9 +27,14 @@ def rollout_config(recipe, name, *overrides):
     return cfg.actor_rollout_ref.rollout
 
 
-def server_args(rollout_cfg, replica_rank=0):
-    """Run verl's real launch_server up to the point where it would start vLLM; return vLLM's parsed args."""
+def server_args(rollout_cfg, replica_rank=0, **rollout_fields):
+    """Run verl's real launch_server up to the point where it would start vLLM; return vLLM's parsed args.
+    rollout_fields: RolloutConfig fields that the YAML schema does not expose (e.g. enable_sleep_mode)."""
     server = object.__new__(verl_server.SamvLLMHttpServer)  # no Ray actor, no devices: set what launch_server reads
+    from omegaconf import open_dict
+
+    with open_dict(rollout_cfg):
+        rollout_cfg.update(rollout_fields)
     server.config = omega_conf_to_dataclass(rollout_cfg)
     server.model_config = types.SimpleNamespace(
         local_path="/models/Qwen3-32B", trust_remote_code=False, lora={}, lora_rank=0, hf_config=types.SimpleNamespace()
