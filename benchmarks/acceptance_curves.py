@@ -64,6 +64,13 @@ def power_of_two_edges(longest_response: int, first: int = FIRST_EDGE) -> list[i
     return edges
 
 
+def long_responses_only(groups: list[TraceGroup], min_tokens: int) -> list[TraceGroup]:
+    """A fixed cohort: only responses of at least min_tokens (groups keep those siblings, empty groups go),
+    so that every position bin below min_tokens holds steps of the same responses."""
+    kept = [TraceGroup(g.prompt, [r for r in g.responses if len(r) >= min_tokens]) for g in groups]
+    return [g for g in kept if g.responses]
+
+
 def profile_entry(stats: ReplayStats) -> dict:
     """One method's per-bin numbers in the simulator's schema, plus totals."""
     return {"tokens_per_step": stats.by_position(), "drafted_per_step": stats.drafted_by_position(),
@@ -152,6 +159,8 @@ def parse_args(argv: list[str] | None = None):
     p.add_argument("--bin-edges", type=int, nargs="+", default=None,
                    help="lower edges from 0 (default: 0, 128, 256, ... powers of two below the longest response)")
     p.add_argument("--methods", nargs="+", choices=METHOD_KEYS, default=None, help="default: all available")
+    p.add_argument("--min-response-tokens", type=int, default=0,
+                   help="replay only responses at least this long (a fixed cohort across the bins below it)")
     p.add_argument("--min-plot-steps", type=int, default=200, help="bins with fewer decode steps are not plotted")
     p.add_argument("--out-dir", type=Path, default=Path("benchmarks/results"))
     return p.parse_args(argv)
@@ -162,10 +171,14 @@ def main(argv: list[str] | None = None) -> dict:
 
     args = parse_args(argv)
     name, groups = load_trace_set(args.traces)
+    if args.min_response_tokens:
+        groups = long_responses_only(groups, args.min_response_tokens)
+        name = f"{name}_min{args.min_response_tokens}"
     name = args.name or name
     print(f"{name}: {len(groups)} groups, {sum(len(g.responses) for g in groups)} responses, "
           f"{sum(len(r) for g in groups for r in g.responses)} response tokens; replaying (k={args.k}):", flush=True)
     profile = acceptance_profile(groups, name, args.k, args.bin_edges, args.methods)
+    profile["min_response_tokens"] = args.min_response_tokens
     print(format_table(profile))
     args.out_dir.mkdir(parents=True, exist_ok=True)
     stem = args.out_dir / f"acceptance_{name}_k{args.k}"

@@ -70,7 +70,8 @@ def engine_kwargs(args, hf_config, longest_prompt: int) -> dict:
 
     max_model_len = longest_prompt + args.max_tokens + 16
     kw = dict(dtype=args.dtype, tensor_parallel_size=args.tp, seed=args.seed, max_model_len=max_model_len,
-              enable_prefix_caching=True, enforce_eager=args.enforce_eager)
+              enable_prefix_caching=True, enforce_eager=args.enforce_eager,
+              disable_log_stats=False)  # periodic throughput / running-requests lines in the log
     if args.gpu_memory_utilization is not None:
         kw["gpu_memory_utilization"] = args.gpu_memory_utilization
     max_num_seqs = args.max_num_seqs
@@ -147,6 +148,7 @@ def run(args) -> Path:
             engine.add_request(str(args.offset + i), {"prompt_token_ids": ids}, params)
         groups: list[SampledGroup] = []
         while engine.has_unfinished_requests():
+            engine.do_log_stats_with_interval()  # every VLLM_LOG_STATS_INTERVAL seconds (main: 60)
             for out in engine.step():
                 if not out.finished:
                     continue
@@ -174,4 +176,5 @@ def log(message: str) -> None:
 def main(argv: list[str] | None = None) -> Path:
     args = parse_args(argv)
     os.environ.setdefault("PYTHONPATH", str(REPO))
+    os.environ.setdefault("VLLM_LOG_STATS_INTERVAL", "60")  # before vLLM reads its environment
     return run(args)

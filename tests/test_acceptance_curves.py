@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from benchmarks.acceptance_curves import acceptance_profile, bin_midpoints, power_of_two_edges
+from benchmarks.acceptance_curves import acceptance_profile, bin_midpoints, long_responses_only, power_of_two_edges
 from benchmarks.data import TraceGroup
 from benchmarks.replay import POSITION_BINS, ReplayStats, bin_labels, replay
 from benchmarks.drafters import SamDrafter
@@ -72,3 +72,10 @@ def test_custom_bins_only_regroup_the_steps():
     fine = replay(drafter(), cycle_trace(), bin_edges=(0, 4, 8, 12, 16, 20))
     assert (fine.steps, fine.tokens, fine.drafted) == (default.steps, default.tokens, default.drafted)
     assert fine.bin_steps.sum() == default.bin_steps.sum() == default.steps
+
+
+def test_cohort_keeps_only_long_responses_and_drops_empty_groups():
+    short, long_ = np.arange(5, dtype=np.int32), np.arange(50, dtype=np.int32)
+    groups = [TraceGroup(PROMPT, [short, long_, short]), TraceGroup(PROMPT, [short])]
+    kept = long_responses_only(groups, 50)
+    assert len(kept) == 1 and [len(r) for r in kept[0].responses] == [50]
