@@ -165,7 +165,7 @@ def write_progress(out: Path, groups: list[SampledGroup], settings: dict, total:
             "generation_seconds": round(seconds, 1)}
     write_traces(out, groups, settings | done)
     reasons = [f for g in groups for f in g.finish_reasons]
-    log(f"{len(groups)}/{total} groups, {tokens} tokens, {tokens / seconds:.1f} tok/s, "
+    log(f"{len(groups)}/{total} groups, {tokens} tokens ({tokens / seconds:.1f}/s in finished groups), "
         f"{reasons.count('length')}/{len(reasons)} hit max_tokens -> {out}")
 
 
