@@ -331,12 +331,18 @@ class CostGrid:
         qs = np.arange(1.0, max_k + 1.0 + 1e-9, q_step)
         cs = np.arange(0.0, max_ctx + 2 * ctx_step, ctx_step)
         if hasattr(cost, "on_grid"):
-            return cls(cost.on_grid(max_batch, qs, cs), q_step, ctx_step)
-        ms = np.zeros((max_batch + 1, len(qs), len(cs)))
-        for b in range(1, max_batch + 1):
-            for i, q in enumerate(qs):
-                for j, c in enumerate(cs):
-                    ms[b, i, j] = cost(b, q, c)
+            ms = cost.on_grid(max_batch, qs, cs)
+        else:
+            ms = np.zeros((max_batch + 1, len(qs), len(cs)))
+            for b in range(1, max_batch + 1):
+                for i, q in enumerate(qs):
+                    for j, c in enumerate(cs):
+                        ms[b, i, j] = cost(b, q, c)
+        bad = np.argwhere(ms[1:] <= 0)
+        if len(bad):  # e.g. a profile extrapolated far past its measured batches or contexts
+            b, i, j = bad[0]
+            raise ValueError(f"cost model {getattr(cost, 'label', '')!r} gives {ms[b + 1, i, j]:.3g} ms at batch {b + 1}, "
+                             f"q {qs[i]}, context {cs[j]:.0f}: profile the batches and contexts the setup needs")
         return cls(ms, q_step, ctx_step)
 
 

@@ -64,6 +64,8 @@ def parse_args(argv=None):
     p.add_argument("--our-method", default="sam_group_history")
     p.add_argument("--min-steps", type=int, default=1000, help="bins with fewer steps are thin (held conservatively)")
     p.add_argument("--cost", default=None, help="profile CSV (default: the shared H200 anchor)")
+    p.add_argument("--moe-cost", default=None,
+                   help="MoE profile CSV (scripts/profile_step_cost.py --model moe); adds a measured-cost 235B scenario")
     p.add_argument("--lengths-file", default=None, help="response lengths, one per line or a JSON list (else lognormal)")
     p.add_argument("--replicas-32b", type=int, nargs="+", default=[8, 4, 16], help="first = base case")
     p.add_argument("--replicas-235b", type=int, nargs="+", default=[32, 16])
@@ -224,6 +226,9 @@ def main(argv=None):
         moe_cases = cases if (rho, extra) == (args.correlations[0], args.moe_overheads_ms[0]) else cases[:1]
         moe.append(run_scenario(f"235b rho={rho} +{extra:g}ms", SETUP_235B, args.replicas_235b, moe_cases, cost, ours,
                                 args))
+    if args.moe_cost:
+        moe.append(run_scenario("235b measured", SETUP_235B, args.replicas_235b, cases[:1],
+                                TableCost.from_csv(args.moe_cost), ours, args))
     for s in scenarios + moe:
         print_scenario(s)
     notes = sorted(set(published.notes + ours.notes))

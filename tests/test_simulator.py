@@ -178,6 +178,12 @@ def test_table_cost_is_exact_on_a_linear_model_and_extrapolates_context():
     assert grid[7, 1, 2] == pytest.approx(fn(7, 2.5, 40000.0))
 
 
+def test_cost_grid_refuses_non_positive_step_times():
+    t = TableCost(_rows(lambda b, q, c: 50 - 3 * b, batches=(1, 4)))  # extrapolates below zero by batch 17
+    with pytest.raises(ValueError, match="profile the batches"):
+        CostGrid.build(t, 32, K, 4096)
+
+
 def test_anchor_csv_reads_and_verification_is_nearly_free_at_small_batch():
     from benchmarks.data import shared_data_dir
     from benchmarks.simulator import ANCHOR_CSV
@@ -228,3 +234,15 @@ def test_profile_script_runs_on_cpu_tiny_shapes(tmp_path):
     rows = list(csv.DictReader(moe_out.open()))
     assert rows and all(0 < float(r["distinct_experts"]) <= float(r["experts"]) for r in rows)
     TableCost(rows)
+
+
+def test_fixed_draft_proposer_verifies_exactly_q_tokens():
+    from types import SimpleNamespace
+
+    from benchmarks.engine_cost import DRAFT_TOKEN, FixedDraftProposer
+
+    cfg = SimpleNamespace(speculative_config=SimpleNamespace(num_speculative_tokens=3),
+                          model_config=SimpleNamespace(max_model_len=10))
+    p = FixedDraftProposer(cfg)
+    out = p.propose([[5], [], [7]], np.array([4, 3, 8]), None)
+    assert out == [[DRAFT_TOKEN] * 3, [], [DRAFT_TOKEN] * 2]  # row 2 has room for 2 only
