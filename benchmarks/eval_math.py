@@ -356,17 +356,20 @@ def write_plot(report: dict, path: Path, title: str = "") -> None:
         hi = [report["accuracy"][n][arm]["ci"][1] - v for v, n in zip(vals, names)]
         ax.bar(x + (j - 0.5) * 0.38, vals, 0.38, yerr=[lo, hi], capsize=3, color=colour, label=f"SAM {arm}")
     for i, n in enumerate(names):
-        ax.text(i, 1.02, report["accuracy"][n]["difference"]["verdict"], ha="center", fontsize=7)
+        ax.text(i, 1.06, report["accuracy"][n]["difference"]["verdict"], ha="center", fontsize=7)
     ax.set_xticks(x, names)
-    ax.set_ylim(0, 1.1)
+    ax.set_ylim(0, 1.15)
     ax.set_ylabel(f"pass@1 ({100 * report['confidence']:.0f}% CI)")
-    ax.legend(fontsize=8, loc="upper right")
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, 0.89), ncol=2)
     sp = report["speed"]
     ax2.bar([0, 1], [sp["off"]["tok_per_s"], sp["on"]["tok_per_s"]], color=["#9e9e9e", "#1f77b4"])
     ax2.set_xticks([0, 1], ["SAM off", "SAM on"])
     ax2.set_ylabel("output tokens/s")
     al = sp["on"]["mean_acceptance_length"]
     ax2.set_title(f"x{sp['speedup']:.2f}, accept. len {'n/a' if al is None else f'{al:.2f}'}", fontsize=9)
+    lp = report.get("sampled_token_logprob")
+    if lp and "difference" in lp:
+        title += f"; sampled-token logprob on - off {lp['difference']:+.3f}: {lp['verdict']}"
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

