@@ -247,7 +247,8 @@ def profile(args) -> list[dict]:
     s = shard(full, args.tp)
     gen = torch.Generator(device=device).manual_seed(args.seed)
     layers = [Layer(s, moe, device, dtype, gen) for _ in range(args.layers)]
-    head = torch.empty(s["vocab"], s["hidden"], device=device, dtype=dtype).normal_(0.0, s["hidden"] ** -0.5, generator=gen)
+    head = torch.empty(s["vocab"], s["hidden"], device=device, dtype=dtype)
+    head.normal_(0.0, s["hidden"] ** -0.5, generator=gen)
     timer = Timer(device)
     qs = ints(args.qs)
     col = f"ms_per_step_{full['layers']}_layers"
@@ -264,13 +265,13 @@ def profile(args) -> list[dict]:
             for q in qs:
                 x = torch.empty(batch, q, s["hidden"], device=device, dtype=dtype).normal_(generator=gen)
 
-                def run_layers():
+                def run_layers(x=x, caches=caches, ctx=ctx):
                     h = x
                     for layer, (kc, vc) in zip(layers, caches):
                         h = layer.step(h, kc, vc, ctx)
                     return h
 
-                def run_head():
+                def run_head(x=x):
                     return F.linear(x, head)
 
                 with torch.inference_mode():
@@ -287,7 +288,8 @@ def profile(args) -> list[dict]:
                                moe_kernel="grouped_mm" if device.type == "cuda" and GROUPED_MM["ok"] else "loop")
                 rows.append(row)
                 print(", ".join(f"{k}={v}" for k, v in row.items()), flush=True)
-            del caches
+            # drop every reference to this KV cache before the next one is allocated (tens of GB)
+            caches = fn = fh = run_layers = run_head = None
             if device.type == "cuda":
                 torch.cuda.empty_cache()
     return rows
