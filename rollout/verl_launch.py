@@ -121,7 +121,10 @@ def resolve_and_validate(cfg) -> None:
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
+    from verl.experimental.reward_loop import migrate_legacy_reward_impl
+
     try:
+        migrate_legacy_reward_impl(cfg)  # main_dapo does this first (legacy reward_model.* -> reward.*)
         OmegaConf.resolve(cfg)
     except OmegaConfBaseException as e:
         raise RecipeError(f"config does not resolve: {first_line(e)}") from e
