@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import weakref
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 logger = logging.getLogger(__name__)
 
@@ -160,7 +160,3 @@ def step_metrics_from_deltas(d: Mapping[str, float], engines: int) -> dict[str, 
 
 
 _tracker = SamStepTracker()
-
-
-def sam_metric_names() -> Iterable[str]:
-    return step_metrics_from_deltas(dict.fromkeys((*_COUNTERS, "drafter_seconds"), 0.0), 1).keys()

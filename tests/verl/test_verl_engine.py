@@ -4,7 +4,6 @@ drafts in it, and SamvLLMHttpServer.sam_spec_metrics returns the proposer's coun
 the per-step rollout/sam_* metrics."""
 
 import asyncio
-import os
 
 import pytest
 from verl_step import verl_step_only
@@ -12,7 +11,7 @@ from verl_step import verl_step_only
 verl_step_only()
 
 from conftest import require  # noqa: E402
-from test_verl_server import rollout_config, server_args  # noqa: E402
+from launch_args import rollout_config, server_args  # noqa: E402
 
 from rollout import verl_server  # noqa: E402
 from rollout.verl_hook import SamStepTracker  # noqa: E402
@@ -68,9 +67,8 @@ async def generate_and_read_metrics(args, model_path):
         engine.shutdown()
 
 
-def test_verl_engine_args_run_sam_and_report_metrics(monkeypatch):
+def test_verl_engine_args_run_sam_and_report_metrics():
     model = tiny_model()
-    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
     # vLLM's sleep mode (verl's default) does not exist on CPU
     args = server_args(rollout_config("dapo_qwen3_32b", "dapo_qwen3_32b", *SHRINK), enable_sleep_mode=False)
     assert args.speculative_config["model"] == "rollout.proposer.SamProposer"
