@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.data import DAPO_INSTRUCTION, shared_data_dir
-from benchmarks.eval_math_stats import compare_arms, paired_t
+from benchmarks.eval_math_stats import CHANGED, NO_CHANGE, compare_arms, paired_t, stratified_permutation_test
 
 DATASETS = ("aime2024", "math500", "gsm8k")
 BOXED_INSTRUCTION = "{problem}\nPlease reason step by step, and put your final answer within \\boxed{{}}."
@@ -245,29 +245,30 @@ def outcome_matrix(scored: list[list[dict]], rows: list[int]) -> np.ndarray:
 
 
 LOGPROB_METHOD = ("per sample: mean raw-model log-probability of its sampled tokens (vLLM logprobs=0; raw "
-                  "logits, the same model in both arms); per problem: mean over samples; on - off paired by "
-                  "problem, Student t. Same sampling distribution -> same expectation; a sampler that draws "
-                  "from a distorted distribution moves it even where pass@1 cannot (e.g. a tiny model at 0)")
+                  "logits, the same model in both arms); per problem: mean over samples; on - off averaged over "
+                  "problems. Verdict from a permutation test of the arm labels within each problem (exact under "
+                  "'same distribution', heavy tails included); the interval is the paired Student t one, for "
+                  "scale. A sampler that draws from a distorted distribution moves this even where pass@1 "
+                  "cannot (e.g. a tiny model at 0)")
 
 
-def per_problem_logprob(run: ArmRun) -> np.ndarray:
-    """Mean over samples of each sample's mean token logprob; NaN where a problem has no tokens."""
-    out = []
-    for sums, toks in zip(run.logprob_sums, run.token_ids):
-        means = [s / len(t) for s, t in zip(sums, toks) if len(t)]
-        out.append(float(np.mean(means)) if means else float("nan"))
-    return np.array(out)
+def sample_mean_logprobs(run: ArmRun) -> list[list[float]]:
+    """[problem][sample] mean raw logprob of the sample's tokens (samples without tokens left out)."""
+    return [[s / len(t) for s, t in zip(sums, toks) if len(t)] for sums, toks in zip(run.logprob_sums, run.token_ids)]
 
 
 def logprob_check(off: ArmRun, on: ArmRun, alpha: float) -> dict | None:
     if off.logprob_sums is None or on.logprob_sums is None:
         return None
-    a, b = per_problem_logprob(off), per_problem_logprob(on)
-    keep = ~(np.isnan(a) | np.isnan(b))
-    if keep.sum() < 2:
+    pairs = [(a, b) for a, b in zip(sample_mean_logprobs(off), sample_mean_logprobs(on)) if a and b]
+    if len(pairs) < 2:
         return {"verdict": "n/a (fewer than 2 problems with tokens in both arms)"}
-    return {"off": float(a[keep].mean()), "on": float(b[keep].mean()),
-            **paired_t(b[keep] - a[keep], alpha), "method": LOGPROB_METHOD}
+    a = np.array([np.mean(x) for x, _ in pairs])
+    b = np.array([np.mean(y) for _, y in pairs])
+    t = paired_t(b - a, alpha)
+    p_perm = stratified_permutation_test([x for x, _ in pairs], [y for _, y in pairs])
+    return {"off": float(a.mean()), "on": float(b.mean()), **t, "t_p_value": t["p_value"], "p_value": p_perm,
+            "verdict": CHANGED if p_perm < alpha else NO_CHANGE, "method": LOGPROB_METHOD}
 
 
 def identical_fraction(a: ArmRun, b: ArmRun) -> float:
@@ -303,6 +304,12 @@ def build_report(problems: list[Problem], off: ArmRun, on: ArmRun, score, alpha:
             accuracy[name] = {"problems": len(rows), "verdict": "n/a (fewer than 2 problems)"}
             continue
         accuracy[name] = compare_arms(outcome_matrix(scored["off"], rows), outcome_matrix(scored["on"], rows), alpha)
+    for arm, run in (("off", off), ("on", on)):
+        for i, samples in enumerate(scored[arm]):
+            for j, rec in enumerate(samples):
+                rec["tokens"] = len(run.token_ids[i][j])
+                if run.logprob_sums is not None and rec["tokens"]:
+                    rec["mean_logprob"] = round(run.logprob_sums[i][j] / rec["tokens"], 5)
     per_problem = [{"dataset": p.dataset, "id": p.id, "answer": p.answer,
                     "off": scored["off"][i], "on": scored["on"][i]} for i, p in enumerate(problems)]
     speed = {"off": speed_summary(off), "on": speed_summary(on)}

@@ -14,7 +14,7 @@ import pytest
 
 from benchmarks import eval_math as em
 from benchmarks.eval_math_stats import (CHANGED, NO_CHANGE, arm_summary, compare_arms, paired_difference,
-                                        student_t_quantile)
+                                        stratified_permutation_test, student_t_quantile)
 from benchmarks.math_answers import INVALID, builtin_score, get_scorer, last_boxed, normalize_final_answer
 from conftest import require
 
@@ -132,6 +132,16 @@ def test_false_positive_rate_is_alpha():
     verdicts = [paired_difference(rng.random((30, 8)) < p[:, None], rng.random((30, 8)) < p[:, None])["verdict"]
                 for _ in range(400)]
     assert 0.02 <= verdicts.count(CHANGED) / 400 <= 0.09
+
+
+def test_permutation_test_exact_small_case():
+    # one problem, off [0, 0], on [1, 1]: 2 of the 6 label splits are as extreme -> p = 1/3
+    assert stratified_permutation_test([[0, 0]], [[1, 1]]) == pytest.approx(1 / 3, abs=0.02)
+    assert stratified_permutation_test([[5.0, 5.0]] * 3, [[5.0, 5.0]] * 3) == 1.0  # nothing moves
+    rng = np.random.default_rng(13)
+    shifted = stratified_permutation_test([rng.normal(0, 1, 4) for _ in range(30)],
+                                          [rng.normal(-1, 1, 4) for _ in range(30)])
+    assert shifted < 0.001
 
 
 def test_paired_difference_by_hand():
