@@ -211,8 +211,8 @@ def _constrain_logits(
     return apply_top_k_top_p(scaled, token_top_k, token_top_p)
 
 
-def _take_constraints(constraints: TokenConstraints, token_index: torch.Tensor) -> TokenConstraints:
-    return tuple(None if values is None else values[token_index] for values in constraints)
+def _take_constraints(constraints: TokenConstraints, rows: slice | torch.Tensor) -> TokenConstraints:
+    return tuple(None if values is None else values[rows] for values in constraints)
 
 
 # A CPU allocator maps a fresh [num_tokens, vocab_size] tensor page by page, which costs more than the
@@ -221,12 +221,12 @@ def _take_constraints(constraints: TokenConstraints, token_index: torch.Tensor) 
 CPU_TILE_BYTES = 4 << 20
 
 
-def _row_tiles(token_index: torch.Tensor, vocab_size: int) -> list[torch.Tensor]:
-    """Split ``[num_rows]`` token indices into tiles of whole rows."""
-    if token_index.device.type != "cpu" or token_index.shape[0] == 0:
-        return [token_index]
+def _row_tiles(num_rows: int, vocab_size: int, device: torch.device) -> list[slice]:
+    """Consecutive tiles of whole rows covering ``range(num_rows)`` (at least one, maybe empty)."""
+    if device.type != "cpu" or num_rows == 0:
+        return [slice(0, num_rows)]
     rows_per_tile = max(1, CPU_TILE_BYTES // (4 * vocab_size))
-    return list(torch.split(token_index, rows_per_tile))
+    return [slice(start, start + rows_per_tile) for start in range(0, num_rows, rows_per_tile)]
 
 
 # ---------------------------------------------------------------------------
@@ -319,15 +319,14 @@ def sample_recovered_tokens(
     """
     num_tokens = draft_token_ids.shape[0]
     request_index, _ = _token_request_and_position(cu_num_draft_tokens, num_tokens)
-    every_token = torch.arange(num_tokens, device=draft_token_ids.device)
     return torch.cat([
         _recovered_tokens(
-            target_probs[tile],  # a copy: the residual is built in it
+            target_probs[tile].clone(),  # the residual is built in place
             draft_token_ids[tile],
             None if draft_probs is None else draft_probs[tile],
             recovery_noise[request_index[tile]],
         )
-        for tile in _row_tiles(every_token, target_probs.shape[1])
+        for tile in _row_tiles(num_tokens, target_probs.shape[1], target_probs.device)
     ])
 
 
@@ -570,14 +569,13 @@ def rejection_sample(
     # accept test needs only p(x), the recovery only the first rejected rows.
     constraints = _expand_constraints(cu_num_draft_tokens, num_tokens, temperature, top_k, top_p)
 
-    def target_probs_at(token_index: torch.Tensor) -> torch.Tensor:
-        logits = _constrain_logits(target_logits[token_index], *_take_constraints(constraints, token_index))
+    def target_probs_at(rows: slice | torch.Tensor) -> torch.Tensor:
+        logits = _constrain_logits(target_logits[rows], *_take_constraints(constraints, rows))
         return logits.softmax(dim=-1)
 
-    every_token = torch.arange(num_tokens, device=device)
     target_prob = torch.cat([
         _probs_at_drafts(target_probs_at(tile), draft_token_ids[tile])
-        for tile in _row_tiles(every_token, vocab_size)
+        for tile in _row_tiles(num_tokens, vocab_size, device)
     ])
     draft_prob = None if draft_probs is None else _probs_at_drafts(draft_probs, draft_token_ids)
     if uniform_probs is None:
@@ -596,7 +594,7 @@ def rejection_sample(
         )
     else:
         noise_rows = recovery_noise[recovery_requests]
-    tile_rows = _row_tiles(torch.arange(recovery_tokens.shape[0], device=device), vocab_size)
+    tile_rows = _row_tiles(recovery_tokens.shape[0], vocab_size, device)
     recovered_token_ids = torch.full_like(draft_token_ids, PLACEHOLDER_TOKEN_ID, dtype=torch.long)
     recovered_token_ids[recovery_tokens] = torch.cat([
         _recovered_tokens(
