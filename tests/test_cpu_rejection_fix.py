@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rollout.cpu_rejection_fix import expand_batch_to_tokens
+from sam.rejection import expand_batch_to_tokens
 
 REPO = Path(__file__).resolve().parents[1]
 
