@@ -106,7 +106,9 @@ def write_parquet(rows: list[dict], path: Path) -> None:
 
 
 def default_shared() -> Path:
-    return Path(os.environ.get("SAM_SHARED_DIR", Path(__file__).resolve().parents[2] / "shared" / "data"))
+    """../shared/data beside the repository, or $SAM_SHARED_DIR/data (as benchmarks/data.py reads it)."""
+    root = os.environ.get("SAM_SHARED_DIR")
+    return Path(root) / "data" if root else Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
 def main(argv=None) -> int:

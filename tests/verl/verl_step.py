@@ -17,7 +17,7 @@ def verl_step_only() -> None:
     require(importlib.util.find_spec("verl") is not None, "verl is not installed (bash scripts/setup_verl_env.sh)")
 
 
-SHARED = os.environ.get("SAM_SHARED_DIR", os.path.join(os.path.dirname(REPO), "shared", "data"))
+SHARED = os.path.join(os.environ.get("SAM_SHARED_DIR", os.path.join(os.path.dirname(REPO), "shared")), "data")
 QWEN3_32B_CONFIG = {  # the fields a dry run reads from the model's config.json (Qwen3-32B's values)
     "architectures": ["Qwen3ForCausalLM"],
     "model_type": "qwen3",
