@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import sys
 import time
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Mapping, Sequence
@@ -205,8 +206,12 @@ class SamStepper:
     """
 
     def __init__(self, settings: SamSettings, max_model_len: int, drafter=None):
+        from sam.switch import threshold_schedule
+
         self.settings = settings
         self.k = settings.k
+        # One switch for both settings: a threshold t is the schedule [[t, k]].
+        self.schedule = settings.schedule or threshold_schedule(settings.threshold, self.k, sys.maxsize)
         self.max_model_len = int(max_model_len)
         if drafter is None:
             from sam import BatchDrafter
@@ -245,12 +250,9 @@ class SamStepper:
 
     def k_now(self, num_scheduled_reqs: int) -> int:
         """Draft tokens per request for a step scheduling this many requests (schedule or threshold)."""
-        if self.settings.schedule is not None:
-            from sam.switch import k_for_batch
+        from sam.switch import k_for_batch
 
-            return k_for_batch(self.settings.schedule, num_scheduled_reqs)
-        t = self.settings.threshold
-        return self.k if t is None or num_scheduled_reqs <= t else 0
+        return k_for_batch(self.schedule, num_scheduled_reqs)
 
     def step(
         self,
