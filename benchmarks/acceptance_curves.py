@@ -14,9 +14,9 @@ The JSON it writes is the rollout simulator's acceptance profile:
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from sam import DraftConfig
 

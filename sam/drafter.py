@@ -12,7 +12,8 @@ engine does (one forward pass verifies the whole batch), and what keeps group re
 
 from __future__ import annotations
 
-from typing import Hashable, NamedTuple, Sequence
+from collections.abc import Hashable, Sequence
+from typing import NamedTuple
 
 import numpy as np
 

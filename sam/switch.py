@@ -23,8 +23,8 @@ schedule with :func:`validate_schedule`.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
 from collections.abc import Sequence as _SequenceABC
-from typing import Callable, Iterable, Sequence
 
 import numpy as np
 from numba import njit

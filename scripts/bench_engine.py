@@ -41,7 +41,7 @@ def main() -> None:
     args = ap.parse_args()
 
     be.configure_env()
-    from rollout.tiny_model import ensure_smollm2
+    from benchmarks.tiny_model import ensure_smollm2
 
     model = str(ensure_smollm2())
     wl = be.build_workload(model, be.Workload(prompts=args.prompts, n=args.n, max_tokens=args.max_tokens,

@@ -14,7 +14,7 @@ float32 and point-mass drafts (the model-free drafter's case), it times:
   default: the copy the contract test caches), its three loop helpers
   (``expand_pytorch``, ``sample_recovered_tokens_pytorch``,
   ``rejection_random_sample_pytorch``) against our drop-in replacements from
-  ``rollout.ascend_rejection_patch``, starting from the same target probabilities.
+  ``rollout.ascend.rejection_patch``, starting from the same target probabilities.
 
 Targets put extra logit mass on the drafts so that most are accepted
 (the regime speculative decoding runs in). Times are the best of a few runs, in ms.
@@ -44,7 +44,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rollout import ascend_rejection_patch as patch  # noqa: E402
+from rollout.ascend import rejection_patch as patch  # noqa: E402
 from sam.rejection import CPU_TILE_BYTES, rejection_sample  # noqa: E402
 from sam.rejection_reference import rejection_sample_reference  # noqa: E402
 

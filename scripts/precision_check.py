@@ -26,9 +26,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     from transformers import AutoTokenizer
 
     from benchmarks.data import load_dapo_prompts
-    from rollout.precision import check_dtype
-    from rollout.tiny_model import ensure_smollm2
-    from rollout.vllm_tools import chat_prompt_ids
+    from benchmarks.precision import check_dtype
+    from benchmarks.tiny_model import ensure_smollm2
+    from benchmarks.vllm_tools import chat_prompt_ids
 
     model = str(ensure_smollm2())
     prompts = chat_prompt_ids(AutoTokenizer.from_pretrained(model), load_dapo_prompts(args.prompts))

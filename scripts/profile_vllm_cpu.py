@@ -61,7 +61,7 @@ def step_times(llm, prompt, params, batch: int, tag: str) -> list[float]:
 def profile_q(model: str, q: int, batches: list[int], args) -> list[dict]:
     from vllm import LLM, SamplingParams
 
-    from rollout.vllm_tools import counter_delta, shutdown, spec_decode_counters
+    from benchmarks.vllm_tools import counter_delta, shutdown, spec_decode_counters
 
     kw = dict(dtype="float32", max_model_len=args.ctx + args.tokens + 8, enforce_eager=True, seed=0,
               disable_log_stats=False, kv_cache_memory_bytes=1 << 30, enable_prefix_caching=False,
@@ -99,7 +99,7 @@ def main(argv=None):
     args = parse_args(argv)
     sys.path.insert(0, str(REPO))
     os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])  # engine processes
-    from rollout.tiny_model import ensure_smollm2
+    from benchmarks.tiny_model import ensure_smollm2
 
     model = str(ensure_smollm2())
     batches = [int(x) for x in args.batches.split(",")]

@@ -45,7 +45,7 @@ if [ -z "$python" ]; then
 fi
 
 cd "$repo"
-PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}" exec "$python" -m rollout.verl_launch \
+PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}" exec "$python" -m rollout.verl.launch \
   --recipe "$recipe" --config-name "$config_name" --launcher "${SAM_LAUNCHER:-local}" "${dry_run[@]}" -- \
   "actor_rollout_ref.model.path=$MODEL_PATH" "data.train_files=$train_file" "data.val_files=$test_file" \
   "${overrides[@]}"

@@ -1,10 +1,15 @@
 """Shared test helpers.
 
 `require(condition, reason)`: a missing prerequisite (model, engine, downloaded source) skips the
-test, except under SAM_STRICT=1 (set by scripts/test.sh, so CI and the README's command), where it
-fails: there, everything is installed and a skip would hide a broken set-up.
+test, or the whole module when called at module level, except under SAM_STRICT=1 (set by
+scripts/test.sh, so CI and the README's command), where it fails: there, everything is installed and a
+skip would hide a broken set-up.
+
+`require_module(name)`: a third-party module, imported, under the same rule. The project's own modules
+(sam, rollout, benchmarks) are imported plainly: a broken one must fail, never skip.
 """
 
+import importlib
 import os
 import sys
 from pathlib import Path
@@ -13,10 +18,26 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # `from conftest import require` in test modules
 
+OWN_PACKAGES = ("sam", "rollout", "benchmarks")
+
+
+def strict() -> bool:
+    return os.environ.get("SAM_STRICT") == "1"
+
 
 def require(condition: bool, reason: str) -> None:
     if condition:
         return
-    if os.environ.get("SAM_STRICT") == "1":
+    if strict():
         pytest.fail(f"prerequisite missing under SAM_STRICT=1: {reason}")
-    pytest.skip(reason)
+    pytest.skip(reason, allow_module_level=True)
+
+
+def require_module(name: str):
+    """Import a third-party module, or skip (fail under SAM_STRICT=1) naming what is missing."""
+    if name.split(".")[0] in OWN_PACKAGES:
+        raise ValueError(f"{name} is the project's own module: import it plainly")
+    try:
+        return importlib.import_module(name)
+    except ImportError as e:
+        require(False, f"{name} is not importable: {e}")

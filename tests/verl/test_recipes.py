@@ -9,8 +9,8 @@ verl_step_only()
 
 from omegaconf import OmegaConf  # noqa: E402
 
-from rollout import verl_launch  # noqa: E402
-from rollout.verl_launch import RecipeError  # noqa: E402
+from rollout.verl import launch  # noqa: E402
+from rollout.verl.launch import RecipeError  # noqa: E402
 
 # (recipe, config, threshold, k, max_num_seqs, rollout TP, train batch, gen batch, nodes, strategy)
 PUBLISHED = [
@@ -31,7 +31,7 @@ def inputs(tmp_path_factory):
 
 
 def resolved(recipe, name, inputs, *overrides):
-    return verl_launch.load_recipe(recipe, name, [*inputs, *overrides])
+    return launch.load_recipe(recipe, name, [*inputs, *overrides])
 
 
 @pytest.mark.parametrize("recipe,name,threshold,k,seqs,tp,train,gen,nodes,strategy", PUBLISHED)
@@ -66,7 +66,7 @@ def test_standard_dapo_settings(inputs, recipe, name):
     assert cfg.reward.reward_kwargs.max_resp_len == cfg.data.max_response_length
     assert (rollout.n, rollout.temperature, rollout.top_p, rollout.top_k) == (16, 1.0, 1.0, -1)
     assert rollout.max_model_len == cfg.data.max_prompt_length + cfg.data.max_response_length
-    assert cfg.ray_kwargs.ray_init.runtime_env.worker_process_setup_hook == "rollout.verl_hook.install"
+    assert cfg.ray_kwargs.ray_init.runtime_env.worker_process_setup_hook == "rollout.verl.hook.install"
 
 
 def test_32b_published_response_length(inputs):
@@ -141,6 +141,6 @@ def test_invalid_overrides_fail_early(inputs, override, message):
 
 
 def test_training_command_is_verl_recipes_dapo_entry(inputs):
-    cmd = verl_launch.training_command("dapo_qwen3_32b", "dapo_qwen3_32b", ["sam.threshold=4"])
+    cmd = launch.training_command("dapo_qwen3_32b", "dapo_qwen3_32b", ["sam.threshold=4"])
     assert cmd[1:3] == ["-m", "recipe.dapo.main_dapo"]
     assert cmd[-1] == "sam.threshold=4"

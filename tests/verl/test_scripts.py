@@ -62,7 +62,7 @@ def test_ray_job_submission_dry_run(env):
     command = out.stdout.split("# command:\n", 1)[1].splitlines()[0]
     assert command.startswith("ray job submit --address=http://head:8265 ")
     assert "--no-wait -- python3 -m recipe.dapo.main_dapo" in command
-    assert '"worker_process_setup_hook": "rollout.verl_hook.install"' in command
+    assert '"worker_process_setup_hook": "rollout.verl.hook.install"' in command
     assert '"py_modules": ["/opt/verl-recipe/recipe"]' in command
 
 

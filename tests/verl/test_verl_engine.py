@@ -5,7 +5,6 @@ the per-step rollout/sam_* metrics."""
 
 import asyncio
 
-import pytest
 from verl_step import verl_step_only
 
 verl_step_only()
@@ -13,8 +12,8 @@ verl_step_only()
 from conftest import require  # noqa: E402
 from launch_args import rollout_config, server_args  # noqa: E402
 
-from rollout import verl_server  # noqa: E402
-from rollout.verl_hook import SamStepTracker  # noqa: E402
+from rollout.metrics import SamStepTracker  # noqa: E402
+from rollout.verl import replica  # noqa: E402
 
 # the 32B recipe as is, shrunk to what a 2-core CPU and a 135M model can run
 SHRINK = [
@@ -32,10 +31,10 @@ SIBLINGS = 4  # verl sends the n samples of a prompt as separate requests
 
 def tiny_model():
     try:
-        from rollout.tiny_model import ensure_smollm2
+        from benchmarks.tiny_model import ensure_smollm2
 
         return ensure_smollm2()
-    except Exception as e:  # converted once from the GGUF of a PyPI package; see rollout/tiny_model.py
+    except Exception as e:  # converted once from the GGUF of a PyPI package; see benchmarks/tiny_model.py
         require(False, f"SmolLM2-135M not available: {e}")
 
 
@@ -60,7 +59,7 @@ async def generate_and_read_metrics(args, model_path):
 
         jobs = [one(f"{p}_{s}", prompt) for p, prompt in enumerate(PROMPTS) for s in range(SIBLINGS)]
         outputs = await asyncio.gather(*jobs)
-        server = object.__new__(verl_server.SamvLLMHttpServer)
+        server = object.__new__(replica.SamvLLMHttpServer)
         server.engine = engine
         return outputs, await server.sam_spec_metrics()
     finally:

@@ -15,14 +15,14 @@ verl_step_only()
 import ray  # noqa: E402
 from verl.utils.tracking import Tracking  # noqa: E402
 
-from rollout import verl_hook, verl_launch, verl_server  # noqa: E402
-from rollout.verl_hook import SamStepTracker  # noqa: E402
+from rollout.metrics import SamStepTracker  # noqa: E402
+from rollout.verl import launch, replica, tracking  # noqa: E402
 
 
 def snapshot(calls, steps, steps_on, measured, accepted, rows, drafter_ms_per_call=0.5):
-    """What SamMetrics.as_dict() returns (rollout/proposer.py), the fields the tracker reads."""
+    """What SamMetrics.as_dict() returns (rollout/metrics.py), the fields the tracker reads."""
     return {
-        "calls": calls, "steps": steps, "steps_on": steps_on, "drafter_ms_per_call": drafter_ms_per_call,
+        "calls": calls, "steps": steps, "steps_on": steps_on, "drafter_seconds": drafter_ms_per_call * calls / 1e3,
         "num_drafts": measured, "num_draft_tokens": 3 * measured, "num_measured_drafts": measured,
         "num_accepted_tokens": accepted, "decode_row_steps": rows,
     }  # fmt: skip
@@ -52,14 +52,14 @@ def test_engines_add_up_and_a_restart_counts_from_zero():
 
 def test_no_sam_engine_adds_nothing():
     assert SamStepTracker().step_metrics({}) == {}
-    assert verl_hook.is_training_step({"timing_s/gen": 1.0})
-    assert not verl_hook.is_training_step({"val-core/aime-2024/acc/mean@1": 0.1})
+    assert tracking.is_training_step({"timing_s/gen": 1.0})
+    assert not tracking.is_training_step({"val-core/aime-2024/acc/mean@1": 0.1})
 
 
 @pytest.fixture(scope="module")
 def ray_local():
     ray.init(num_cpus=1, include_dashboard=False, object_store_memory=80 * 2**20, log_to_driver=False,
-             runtime_env={"worker_process_setup_hook": "rollout.verl_hook.install",
+             runtime_env={"worker_process_setup_hook": "rollout.verl.hook.install",
                           "env_vars": {"PYTHONPATH": REPO}})  # fmt: skip
     yield
     ray.shutdown()
@@ -86,7 +86,7 @@ def hook_effects_in_a_ray_worker():
 
 
 def test_ray_worker_setup_hook_installs_the_replica_and_metrics(ray_local):
-    assert ray.get(hook_effects_in_a_ray_worker.remote(), timeout=120) == ("rollout.verl_hook", "_load_sam_replica", True)
+    assert ray.get(hook_effects_in_a_ray_worker.remote(), timeout=120) == ("rollout.verl.hook", "_load_sam_replica", True)
 
 
 def load_ab_compare():
@@ -100,17 +100,17 @@ def load_ab_compare():
 def test_metrics_reach_verls_file_log(ray_local, tmp_path, monkeypatch):
     log_path = tmp_path / "sam.jsonl"
     monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(log_path))
-    verl_hook.wrap_tracking()
-    cfg = verl_launch.compose_recipe("dapo_qwen3_32b", "dapo_qwen3_32b",
+    tracking.wrap()
+    cfg = launch.compose_recipe("dapo_qwen3_32b", "dapo_qwen3_32b",
                                      ["actor_rollout_ref.model.path=/m", "data.train_files=/t", "data.val_files=/v"])  # fmt: skip
-    replica = verl_server.SamvLLMReplica(0, cfg.actor_rollout_ref.rollout, None, gpus_per_node=16)
-    replica.servers = [EngineCounters.remote([snapshot(100, 100, 40, 200, 150, 1000),
+    sam_replica = replica.SamvLLMReplica(0, cfg.actor_rollout_ref.rollout, None, gpus_per_node=16)
+    sam_replica.servers = [EngineCounters.remote([snapshot(100, 100, 40, 200, 150, 1000),
                                               snapshot(300, 300, 140, 600, 350, 3000)])]  # fmt: skip
-    tracking = Tracking(project_name="sam-dapo", experiment_name="test", default_backend="file")
-    tracking.log({"val-core/aime-2024/acc/mean@1": 0.1}, step=0)
-    tracking.log({"timing_s/gen": 10.0, "critic/score/mean": 0.1}, step=1)
-    tracking.log({"timing_s/gen": 9.0, "critic/score/mean": 0.2}, step=2)
-    tracking.finish()
+    verl_log = Tracking(project_name="sam-dapo", experiment_name="test", default_backend="file")
+    verl_log.log({"val-core/aime-2024/acc/mean@1": 0.1}, step=0)
+    verl_log.log({"timing_s/gen": 10.0, "critic/score/mean": 0.1}, step=1)
+    verl_log.log({"timing_s/gen": 9.0, "critic/score/mean": 0.2}, step=2)
+    verl_log.finish()
     records = [json.loads(line) for line in log_path.read_text().splitlines()]
     assert not any(k.startswith("rollout/sam_") for k in records[0]["data"])  # validation only
     assert records[1]["data"]["rollout/sam_acceptance_length"] == pytest.approx(1.75)

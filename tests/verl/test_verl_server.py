@@ -7,12 +7,11 @@ from verl_step import verl_step_only
 
 verl_step_only()
 
+from launch_args import rollout_config, server_args  # noqa: E402
 from verl.workers.rollout.replica import RolloutReplicaRegistry, get_rollout_replica_class  # noqa: E402
 from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMHttpServer, vLLMReplica  # noqa: E402
 
-from launch_args import rollout_config, server_args  # noqa: E402
-
-from rollout import verl_hook, verl_server  # noqa: E402
+from rollout.verl import hook, replica, tracking  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -25,10 +24,10 @@ def restore_registry():
 
 def test_install_registers_the_sam_replica_under_vllm():
     assert get_rollout_replica_class("vllm") is vLLMReplica
-    verl_hook.install()
+    hook.install()
     cls = get_rollout_replica_class("vllm")
-    assert cls is verl_server.SamvLLMReplica and issubclass(cls, vLLMReplica)
-    assert issubclass(verl_server.SamvLLMHttpServer, vLLMHttpServer)
+    assert cls is replica.SamvLLMReplica and issubclass(cls, vLLMReplica)
+    assert issubclass(replica.SamvLLMHttpServer, vLLMHttpServer)
 
 
 @pytest.mark.parametrize("recipe,name,threshold,k,seqs,tp", [
@@ -62,10 +61,10 @@ def test_baseline_has_no_speculation():
 
 
 def test_npu_takes_the_vllm_ascend_ngram_route(monkeypatch):
-    monkeypatch.setattr(verl_server, "get_device_name", lambda: "npu")
+    monkeypatch.setattr(replica, "get_device_name", lambda: "npu")
     args = server_args(rollout_config("dapo_qwen3_235b", "dapo_qwen3_235b"))
     assert args.speculative_config == {"method": "ngram", "num_speculative_tokens": 3}
-    assert args.additional_config["sam_spec"]["threshold"] == 8  # rollout/ascend.py routes ngram to SAM
+    assert args.additional_config["sam_spec"]["threshold"] == 8  # rollout/ascend/ngram_route.py routes ngram to SAM
 
 
 def test_bad_setting_fails_before_the_engine_starts():
@@ -75,10 +74,10 @@ def test_bad_setting_fails_before_the_engine_starts():
 
 
 def test_replica_uses_the_sam_server_and_knows_its_arm():
-    sam = verl_server.SamvLLMReplica(0, rollout_config("dapo_qwen3_32b", "dapo_qwen3_32b"), None, gpus_per_node=16)
-    assert sam.server_class.__ray_actor_class__ is verl_server.SamvLLMHttpServer
+    sam = replica.SamvLLMReplica(0, rollout_config("dapo_qwen3_32b", "dapo_qwen3_32b"), None, gpus_per_node=16)
+    assert sam.server_class.__ray_actor_class__ is replica.SamvLLMHttpServer
     assert sam.sam_enabled and sam.sam_key == "rollout_0"
-    assert sam in verl_hook._live_replicas
-    base = verl_server.SamvLLMReplica(1, rollout_config("dapo_qwen3_32b", "dapo_qwen3_32b", "sam=disabled"), None,
+    assert sam in tracking._live_replicas
+    base = replica.SamvLLMReplica(1, rollout_config("dapo_qwen3_32b", "dapo_qwen3_32b", "sam=disabled"), None,
                                       gpus_per_node=16)  # fmt: skip
     assert not base.sam_enabled

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from rollout.vllm_tools import shutdown
+from benchmarks.vllm_tools import shutdown
 
 
 @dataclass

@@ -4,11 +4,11 @@
   the engine arguments are built) checks SAM's settings before the engine starts and routes them
   to the platform: vLLM's ``custom_class`` proposer on GPU, vllm-ascend's ``ngram`` route with
   ``additional_config.sam_spec`` on NPU (vllm-ascend does not dispatch ``custom_class``;
-  ``rollout/ascend.py`` turns that route into SAM).
+  ``rollout.ascend.ngram_route`` turns that route into SAM).
 - ``SamvLLMHttpServer.sam_spec_metrics`` returns the proposer's counters from every worker
   (verl's own ``collective_rpc`` discards results).
 - ``SamvLLMReplica`` launches those servers and registers itself for per-step metrics
-  (``rollout.verl_hook``).
+  (``rollout.verl.tracking``).
 
 Importing this module imports verl's vLLM rollout, hence vLLM.
 """
@@ -19,8 +19,8 @@ import ray
 from verl.utils.device import get_device_name
 from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMHttpServer, vLLMReplica
 
-from rollout import verl_hook
-from rollout.verl_engine_args import route_sam_engine_kwargs, sam_requested
+from rollout.verl import tracking
+from rollout.verl.engine_args import route_sam_engine_kwargs, sam_requested
 
 
 class SamvLLMHttpServer(vLLMHttpServer):
@@ -41,4 +41,4 @@ class SamvLLMReplica(vLLMReplica):
         self.sam_enabled = sam_requested(engine_kwargs)
         role = "reward" if self.is_reward_model else "teacher" if self.is_teacher_model else "rollout"
         self.sam_key = f"{role}_{self.replica_rank}{self.name_suffix}"
-        verl_hook.track_replica(self)
+        tracking.track_replica(self)

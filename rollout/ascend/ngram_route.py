@@ -1,25 +1,16 @@
 """SAM on vllm-ascend through ``method="ngram"``.
 
-vllm-ascend (0.23 and main) never dispatches ``custom_class``: ``get_spec_decode_method`` raises
-ValueError for it. Its model runner builds drafters in ``NPUModelRunner._get_drafter()`` and
-dispatches ``propose`` by ``isinstance(self.drafter, AscendNgramProposer)``, passing K on vLLM
-> 0.23. So SAM rides the ngram route:
+vllm-ascend (0.23 and main) never dispatches ``custom_class``, so SAM rides its n-gram route:
 
     speculative_config={"method": "ngram", "num_speculative_tokens": 3}
     additional_config={"sam_spec": {...}}     # presence of "sam_spec" selects SAM over n-gram
 
-:func:`register` (called by :func:`rollout.plugin.register` when vllm_ascend is installed) patches
-``NPUModelRunner._get_drafter`` as soon as ``vllm_ascend.worker.model_runner_v1`` is imported
-(directly if it already is, else through an import hook), which is after vllm-ascend's own
-``adapt_patch()`` in ``NPUWorker.__init__`` has run or irrelevant to it: the patched names belong
-to vllm-ascend, not to vLLM. Finished requests reach the drafter through the vLLM runner patch of
-:mod:`rollout.plugin` (``NPUModelRunner._update_states`` calls ``super()._update_states``).
-
-The same subclass-of-NgramProposer route works on vLLM itself for versions without custom_class
-(:func:`make_ngram_proposer_class` with vLLM's ``NgramProposer`` and a runner).
-
-The contract this relies on is checked against the released vllm-ascend source by
-tests/test_ascend_contract.py. Not run on an NPU here.
+``register()`` (from the plugin when vllm_ascend is installed) patches ``NPUModelRunner._get_drafter``
+as soon as ``vllm_ascend.worker.model_runner_v1`` is imported (directly if it already is, else through
+an import hook) to build a SAM subclass of vllm-ascend's n-gram proposer. Finished requests reach it
+through vLLM's runner patch (``rollout.vllm.runner_patch``), which NPUModelRunner inherits. The
+contract is checked against the released vllm-ascend source by tests/test_ascend_contract.py; not run
+on an NPU here. Details: docs/vllm-hooks.md.
 """
 
 from __future__ import annotations
@@ -28,7 +19,8 @@ import importlib.abc
 import importlib.util
 import sys
 
-from rollout.proposer import SETTINGS_KEY, SamSettings, SamStepper
+# Only the import hook runs at plugin load (every vLLM process: it must stay cheap and import no
+# numba); the rest is imported when vllm-ascend's runner module is.
 
 RUNNER_MODULE = "vllm_ascend.worker.model_runner_v1"
 NGRAM_MODULE = "vllm_ascend.spec_decode.ngram_proposer"
@@ -36,6 +28,8 @@ _MARK = "__sam_spec_patched__"
 
 
 def sam_requested(vllm_config) -> bool:
+    from rollout.settings import SETTINGS_KEY
+
     extra = getattr(vllm_config, "additional_config", None) or {}
     return isinstance(extra, dict) and SETTINGS_KEY in extra
 
@@ -46,6 +40,8 @@ def make_ngram_proposer_class(base):
     It skips ``base.__init__`` (the n-gram proposer allocates and JIT-warms buffers it would never
     use) and reads request identity from ``runner.input_batch``.
     """
+    from rollout.settings import SamSettings
+    from rollout.stepper import SamStepper
 
     class SamNgramProposer(base):  # type: ignore[misc, valid-type]
         def __init__(self, vllm_config, runner):
@@ -102,19 +98,20 @@ def apply() -> bool:
     from vllm_ascend.spec_decode.ngram_proposer import AscendNgramProposer
     from vllm_ascend.worker import model_runner_v1 as mr
 
-    from rollout import ascend_rejection_patch, plugin
+    from rollout.ascend import rejection_patch
+    from rollout.vllm import runner_patch
 
     cls = mr.NPUModelRunner
     if cls.__dict__.get(_MARK):
         return False
-    plugin.apply_runner_patches()  # finish events via GPUModelRunner (NPUModelRunner's super)
+    runner_patch.apply()  # finish events via GPUModelRunner (NPUModelRunner's super)
     sam_cls = make_ngram_proposer_class(AscendNgramProposer)
     orig = cls._get_drafter
 
     def _get_drafter(self):
         # Runner construction follows NPUWorker's adapt_patch(), so this is the place to swap
         # the Python-loop rejection-sampler fallbacks of old vllm-ascend (a no-op on newer ones).
-        ascend_rejection_patch.apply()
+        rejection_patch.apply()
         spec = self.speculative_config
         if spec is not None and spec.method == "ngram" and sam_requested(self.vllm_config):
             return sam_cls(self.vllm_config, self)

@@ -1,6 +1,6 @@
 """Compose, check and launch a recipe: the work behind scripts/run_*.sh.
 
-    python -m rollout.verl_launch --recipe dapo_qwen3_32b [--config-name NAME]
+    python -m rollout.verl.launch --recipe dapo_qwen3_32b [--config-name NAME]
         [--launcher local|ray-job] [--dry-run] [hydra overrides ...]
 
 The recipe's config is composed with Hydra against verl's own schema (``pkg://verl.trainer.config``),
@@ -20,10 +20,13 @@ import json
 import os
 import shlex
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
+from rollout.verl.engine_args import check_sam_engine_kwargs
+
+REPO = Path(__file__).resolve().parents[2]
 RECIPES = REPO / "recipes"
 RUNTIME_ENV = REPO / "configs" / "ray" / "runtime_env.yaml"
 ENTRY_MODULE = "recipe.dapo.main_dapo"  # verl-recipe's DAPO entry point
@@ -120,7 +123,6 @@ def resolve_and_validate(cfg) -> None:
     """verl's own checks, in the order main_dapo runs them, then ours. Raises RecipeError."""
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
-
     from verl.experimental.reward_loop import migrate_legacy_reward_impl
 
     try:
@@ -148,10 +150,9 @@ def check_required(cfg) -> None:
 
 
 def check_verl_schema(cfg) -> None:
+    from hydra.errors import InstantiationException
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import omega_conf_to_dataclass, validate_config
-
-    from hydra.errors import InstantiationException
 
     try:
         validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
@@ -162,8 +163,6 @@ def check_verl_schema(cfg) -> None:
 
 
 def check_sam(cfg) -> None:
-    from rollout.verl_engine_args import check_sam_engine_kwargs
-
     engine_kwargs = dict(cfg.actor_rollout_ref.rollout.engine_kwargs.get("vllm") or {})
     try:
         settings = check_sam_engine_kwargs(_plain(engine_kwargs))

@@ -1,12 +1,15 @@
 """SAM's vLLM engine kwargs as verl passes them (``actor_rollout_ref.rollout.engine_kwargs.vllm``).
 
-Pure functions (no verl, no vLLM), shared by the server hook (``rollout.verl_server``) and the
-launcher's early checks (``rollout.verl_launch``), so a bad setting fails the same way in both.
+Pure functions (no verl, no vLLM), shared by the server (``rollout.verl.replica``) and the
+launcher's early checks (``rollout.verl.launch``), so a bad setting fails the same way in both.
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
+
+from rollout.settings import SETTINGS_KEY, SamSettings
 
 SAM_PROPOSER = "rollout.proposer.SamProposer"
 ASCEND_DEVICE = "npu"
@@ -18,14 +21,13 @@ def sam_requested(engine_kwargs: Mapping[str, Any]) -> bool:
     if spec.get("model") == SAM_PROPOSER:
         return True
     extra = engine_kwargs.get("additional_config") or {}
-    return spec.get("method") == "ngram" and "sam_spec" in extra
+    return spec.get("method") == "ngram" and SETTINGS_KEY in extra
 
 
-def check_sam_engine_kwargs(engine_kwargs: Mapping[str, Any]):
+def check_sam_engine_kwargs(engine_kwargs: Mapping[str, Any]) -> SamSettings | None:
     """SamSettings of the request (raises ValueError naming the bad setting), None without SAM."""
     if not sam_requested(engine_kwargs):
         return None
-    from rollout.proposer import SETTINGS_KEY, SamSettings
 
     spec = engine_kwargs["speculative_config"]
     extra = engine_kwargs.get("additional_config") or {}
@@ -37,12 +39,10 @@ def route_sam_engine_kwargs(engine_kwargs: dict, device: str) -> None:
 
     GPU: vLLM's ``custom_class`` with ``rollout.proposer.SamProposer``. NPU: vllm-ascend does not
     dispatch ``custom_class``, so ``method: ngram`` plus ``additional_config.sam_spec``, which
-    ``rollout/ascend.py`` turns into SAM inside vllm-ascend's runner.
+    ``rollout.ascend.ngram_route`` turns into SAM inside vllm-ascend's runner.
     """
     if check_sam_engine_kwargs(engine_kwargs) is None:
         return
-    from rollout.proposer import SETTINGS_KEY
-
     spec = dict(engine_kwargs["speculative_config"])
     extra = dict(engine_kwargs.get("additional_config") or {})
     if device == ASCEND_DEVICE:

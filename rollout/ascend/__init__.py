@@ -1,0 +1,1 @@
+"""vllm-ascend: SAM through its n-gram route, and vectorised rejection-sampler fallbacks."""

@@ -1,0 +1,72 @@
+"""SAM metrics in verl's logs: ``rollout/sam_*`` added to every training step's metrics dict.
+
+``Tracking.log(data, step)`` (``verl/utils/tracking.py``) is how every verl trainer logs one metrics
+dict per step to every backend (console, wandb, file, ...). ``wrap()`` wraps it, in the trainer's
+process, to poll the servers of every live SAM replica (registered by ``SamvLLMReplica``) for their
+cumulative counters and add the step's differences. Imports verl lazily and no vLLM.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from collections.abc import Mapping
+from typing import Any
+
+from rollout.metrics import SamStepTracker
+
+logger = logging.getLogger(__name__)
+
+_MARK = "__sam_spec_wrapped__"
+RPC_TIMEOUT_S = 60.0
+
+# SAM replicas alive in this process (the trainer's), whose servers are asked for counters.
+_live_replicas: weakref.WeakSet[Any] = weakref.WeakSet()
+_tracker = SamStepTracker()
+
+
+def track_replica(replica: Any) -> None:
+    """Called by SamvLLMReplica.__init__: its servers are polled for SAM counters each step."""
+    _live_replicas.add(replica)
+
+
+def wrap() -> None:
+    """Wrap verl's ``Tracking.log`` (idempotent)."""
+    from verl.utils.tracking import Tracking
+
+    if getattr(Tracking.log, _MARK, False):
+        return
+    original = Tracking.log
+
+    def log(self, data, step, *args, **kwargs):
+        if is_training_step(data):
+            data = {**data, **_tracker.step_metrics(poll_replicas())}
+        return original(self, data, step, *args, **kwargs)
+
+    setattr(log, _MARK, True)
+    log.__wrapped__ = original
+    Tracking.log = log
+
+
+def is_training_step(data: Mapping[str, Any]) -> bool:
+    """A training step's dict carries stage timings (timing_s/...); a validation-only one does not."""
+    return any(str(k).startswith("timing_s/") for k in data)
+
+
+def poll_replicas() -> dict[str, dict]:
+    """Cumulative SAM counters of every live SAM replica (first worker of each engine)."""
+    import ray
+
+    replicas = [r for r in list(_live_replicas) if r.sam_enabled and r.servers]
+    refs = {r.sam_key: r.servers[0].sam_spec_metrics.remote() for r in replicas}
+    out = {}
+    for key, ref in refs.items():
+        try:
+            per_worker = ray.get(ref, timeout=RPC_TIMEOUT_S)
+        except Exception as e:  # metrics must never stop training
+            logger.warning("SAM metrics from %s unavailable: %s", key, e)
+            continue
+        first = next((m for m in per_worker or [] if m), None)
+        if first is not None:
+            out[key] = first
+    return out

@@ -1,0 +1,1 @@
+"""vLLM: the custom_class proposer, the model-runner patch it needs, and the CPU sampler guard."""

