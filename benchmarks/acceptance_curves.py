@@ -41,14 +41,26 @@ class Method:
 METHODS = [
     Method("sam_own", "SAM own context", lambda: SamDrafter("sam_own", DraftConfig(group_aware=False))),
     Method("sam_group", "SAM group-aware", lambda: SamDrafter("sam_group", DraftConfig(group_aware=True))),
-    Method("sam_group_history", "SAM group + history",
-           lambda: SamDrafter("sam_group_history", DraftConfig(group_aware=True, history_tokens=HISTORY_TOKENS))),
-    Method("ngram", "vLLM n-gram (5,5), vLLM's default", lambda: VllmNgramDrafter(5, 5), vllm_available,
-           "vllm is not importable"),
-    Method("ngram_1_4", "vLLM n-gram (1,4)", lambda: VllmNgramDrafter(1, 4), vllm_available,
-           "vllm is not importable"),
-    Method("suffix", "Arctic suffix decoding (vLLM defaults)", lambda: ArcticSuffixDrafter(), arctic_available,
-           "arctic_inference is not importable (scripts/install_arctic_suffix.sh builds it)"),
+    Method(
+        "sam_group_history",
+        "SAM group + history",
+        lambda: SamDrafter("sam_group_history", DraftConfig(group_aware=True, history_tokens=HISTORY_TOKENS)),
+    ),
+    Method(
+        "ngram",
+        "vLLM n-gram (5,5), vLLM's default",
+        lambda: VllmNgramDrafter(5, 5),
+        vllm_available,
+        "vllm is not importable",
+    ),
+    Method("ngram_1_4", "vLLM n-gram (1,4)", lambda: VllmNgramDrafter(1, 4), vllm_available, "vllm is not importable"),
+    Method(
+        "suffix",
+        "Arctic suffix decoding (vLLM defaults)",
+        lambda: ArcticSuffixDrafter(),
+        arctic_available,
+        "arctic_inference is not importable (scripts/install_arctic_suffix.sh builds it)",
+    ),
 ]
 METHOD_KEYS = [m.key for m in METHODS]
 
@@ -73,21 +85,39 @@ def long_responses_only(groups: list[TraceGroup], min_tokens: int) -> list[Trace
 
 def profile_entry(stats: ReplayStats) -> dict:
     """One method's per-bin numbers in the simulator's schema, plus totals."""
-    return {"tokens_per_step": stats.by_position(), "drafted_per_step": stats.drafted_by_position(),
-            "steps": stats.bin_steps.tolist(), "mean_tokens_per_step": stats.acceptance_length,
-            "draft_efficiency": stats.draft_efficiency}
+    return {
+        "tokens_per_step": stats.by_position(),
+        "drafted_per_step": stats.drafted_by_position(),
+        "steps": stats.bin_steps.tolist(),
+        "mean_tokens_per_step": stats.acceptance_length,
+        "draft_efficiency": stats.draft_efficiency,
+    }
 
 
-def acceptance_profile(groups: list[TraceGroup], trace_set: str, k: int = 3, bin_edges: list[int] | None = None,
-                       methods: list[str] | None = None, log=print) -> dict:
+def acceptance_profile(
+    groups: list[TraceGroup],
+    trace_set: str,
+    k: int = 3,
+    bin_edges: list[int] | None = None,
+    methods: list[str] | None = None,
+    log=print,
+) -> dict:
     """Replay every available method over the groups; the profile dict (see the module docstring)."""
     if bin_edges is None:
         bin_edges = power_of_two_edges(max(len(r) for g in groups for r in g.responses))
     chosen = [m for m in METHODS if methods is None or m.key in methods]
-    out = {"k": k, "trace_set": trace_set, "bin_edges": list(bin_edges), "methods": {}, "labels": {}, "notes": [],
-           "groups": len(groups), "responses": sum(len(g.responses) for g in groups),
-           "response_tokens": sum(len(r) for g in groups for r in g.responses),
-           "date": time.strftime("%Y-%m-%d")}
+    out = {
+        "k": k,
+        "trace_set": trace_set,
+        "bin_edges": list(bin_edges),
+        "methods": {},
+        "labels": {},
+        "notes": [],
+        "groups": len(groups),
+        "responses": sum(len(g.responses) for g in groups),
+        "response_tokens": sum(len(r) for g in groups for r in g.responses),
+        "date": time.strftime("%Y-%m-%d"),
+    }
     for m in chosen:
         if not m.available():
             out["notes"].append(f"{m.key} SKIPPED: {m.missing}")
@@ -108,7 +138,9 @@ def format_table(profile: dict) -> str:
     lines = ["| method | mean | " + " | ".join(heads) + " |", "|---|---|" + "---|" * len(heads)]
     for key, r in profile["methods"].items():
         cells = ["-" if v is None else f"{v:.2f}" for v in r["tokens_per_step"]]
-        lines.append(f"| {profile['labels'].get(key, key)} | {r['mean_tokens_per_step']:.3f} | " + " | ".join(cells) + " |")
+        lines.append(
+            f"| {profile['labels'].get(key, key)} | {r['mean_tokens_per_step']:.3f} | " + " | ".join(cells) + " |"
+        )
     if profile["methods"]:
         steps = next(iter(profile["methods"].values()))["steps"]
         lines.append("| (decode steps, first method) | | " + " | ".join(str(s) for s in steps) + " |")
@@ -131,14 +163,20 @@ def plot(profile: dict, path: Path, min_steps: int) -> None:
     centers = bin_midpoints(profile["bin_edges"])
     fig, ax = plt.subplots(figsize=(9, 5))
     for key, r in profile["methods"].items():
-        points = [(x, v) for x, v, n in zip(centers, r["tokens_per_step"], r["steps"]) if v is not None and n >= min_steps]
+        points = [
+            (x, v) for x, v, n in zip(centers, r["tokens_per_step"], r["steps"]) if v is not None and n >= min_steps
+        ]
         if points:
-            ax.plot(*zip(*points), marker="o", label=f"{profile['labels'].get(key, key)} ({r['mean_tokens_per_step']:.2f})")
+            ax.plot(
+                *zip(*points), marker="o", label=f"{profile['labels'].get(key, key)} ({r['mean_tokens_per_step']:.2f})"
+            )
     ax.set_xscale("log", base=2)
     ax.set_xlabel(f"position in response (tokens, bin middles; bins with >= {min_steps} decode steps)")
     ax.set_ylabel(f"mean tokens per decode step (k={profile['k']}, bonus included)")
-    ax.set_title(f"Acceptance against context: {profile['trace_set']} "
-                 f"({profile['groups']} prompts, {profile['responses']} responses), honest lockstep")
+    ax.set_title(
+        f"Acceptance against context: {profile['trace_set']} "
+        f"({profile['groups']} prompts, {profile['responses']} responses), honest lockstep"
+    )
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -153,14 +191,25 @@ def parse_args(argv: list[str] | None = None):
     import argparse
 
     p = argparse.ArgumentParser(description="Acceptance length against response position, per drafter (replay).")
-    p.add_argument("--traces", default=QWEN25MATH, help=f"'{QWEN25MATH}' or a trace file (.npz), e.g. {DEFAULT_FIXTURE}")
+    p.add_argument(
+        "--traces", default=QWEN25MATH, help=f"'{QWEN25MATH}' or a trace file (.npz), e.g. {DEFAULT_FIXTURE}"
+    )
     p.add_argument("--name", default=None, help="trace-set name in the JSON and file names (default: derived)")
     p.add_argument("--k", type=int, default=3)
-    p.add_argument("--bin-edges", type=int, nargs="+", default=None,
-                   help="lower edges from 0 (default: 0, 128, 256, ... powers of two below the longest response)")
+    p.add_argument(
+        "--bin-edges",
+        type=int,
+        nargs="+",
+        default=None,
+        help="lower edges from 0 (default: 0, 128, 256, ... powers of two below the longest response)",
+    )
     p.add_argument("--methods", nargs="+", choices=METHOD_KEYS, default=None, help="default: all available")
-    p.add_argument("--min-response-tokens", type=int, default=0,
-                   help="replay only responses at least this long (a fixed cohort across the bins below it)")
+    p.add_argument(
+        "--min-response-tokens",
+        type=int,
+        default=0,
+        help="replay only responses at least this long (a fixed cohort across the bins below it)",
+    )
     p.add_argument("--min-plot-steps", type=int, default=200, help="bins with fewer decode steps are not plotted")
     p.add_argument("--out-dir", type=Path, default=Path("benchmarks/results"))
     return p.parse_args(argv)
@@ -175,8 +224,11 @@ def main(argv: list[str] | None = None) -> dict:
         groups = long_responses_only(groups, args.min_response_tokens)
         name = f"{name}_min{args.min_response_tokens}"
     name = args.name or name
-    print(f"{name}: {len(groups)} groups, {sum(len(g.responses) for g in groups)} responses, "
-          f"{sum(len(r) for g in groups for r in g.responses)} response tokens; replaying (k={args.k}):", flush=True)
+    print(
+        f"{name}: {len(groups)} groups, {sum(len(g.responses) for g in groups)} responses, "
+        f"{sum(len(r) for g in groups for r in g.responses)} response tokens; replaying (k={args.k}):",
+        flush=True,
+    )
     profile = acceptance_profile(groups, name, args.k, args.bin_edges, args.methods)
     profile["min_response_tokens"] = args.min_response_tokens
     print(format_table(profile))

@@ -52,8 +52,10 @@ def peer_methods(notes: list[str]) -> list:
     if arctic_available():
         peers.append(ArcticSuffixDrafter())
     else:
-        notes.append("Arctic suffix decoding SKIPPED: arctic_inference is not importable "
-                     "(scripts/install_arctic_suffix.sh builds it)")
+        notes.append(
+            "Arctic suffix decoding SKIPPED: arctic_inference is not importable "
+            "(scripts/install_arctic_suffix.sh builds it)"
+        )
     return peers
 
 
@@ -71,9 +73,11 @@ def run_speed(groups, notes: list[str]) -> dict:
     corpus = np.concatenate([r for g in groups for r in g.responses])
     out: dict = {"contexts": {}, "build": {}}
     for context in (1024, 8192, 32768):
-        row = {"sam_batch64_us": speed.sam_step_us(corpus, context, batch=64),
-               "sam_batch8_us": speed.sam_step_us(corpus, context, batch=8),
-               "sam_single_us": speed.sam_step_us(corpus, context, batch=1)}
+        row = {
+            "sam_batch64_us": speed.sam_step_us(corpus, context, batch=64),
+            "sam_batch8_us": speed.sam_step_us(corpus, context, batch=8),
+            "sam_single_us": speed.sam_step_us(corpus, context, batch=1),
+        }
         if vllm_available():
             row["vllm_ngram_5_5_us"] = speed.vllm_ngram_step_us(corpus, context)
             row["vllm_ngram_1_4_us"] = speed.vllm_ngram_step_us(corpus, context, 1, 4)
@@ -102,8 +106,10 @@ def print_tables(acceptance: dict, speed_results: dict) -> None:
     for ctx, row in rows.items():
         print(f"{ctx:<9}" + "".join(f"{row[k]:>20.2f}" for k in keys))
     b = speed_results["build"]
-    print(f"\nBuild from scratch: {b['us_per_token']:.3f} us/token; memory {b['bytes_per_token']:.1f} bytes/token "
-          f"({b['tokens']} tokens)")
+    print(
+        f"\nBuild from scratch: {b['us_per_token']:.3f} us/token; memory {b['bytes_per_token']:.1f} bytes/token "
+        f"({b['tokens']} tokens)"
+    )
 
 
 def target_checks(acceptance: dict, speed_results: dict) -> dict:
@@ -119,7 +125,8 @@ def target_checks(acceptance: dict, speed_results: dict) -> dict:
     }
     if "vllm_ngram_5_5_us" in rows["8192"]:
         checks[">= 20x faster than vLLM n-gram at 8k"] = (
-            rows["8192"]["vllm_ngram_5_5_us"] >= 20 * rows["8192"]["sam_batch64_us"])
+            rows["8192"]["vllm_ngram_5_5_us"] >= 20 * rows["8192"]["sam_batch64_us"]
+        )
         checks["own >= vLLM n-gram (5,5)"] = acc["SAM own context"] >= acc["vLLM n-gram (5,5)"]
     if "Arctic suffix decoding" in acc:
         checks["group + history > Arctic"] = acc["SAM group + history"] > acc["Arctic suffix decoding"]
@@ -176,11 +183,18 @@ def main(argv: list[str] | None = None) -> dict:
     for note in notes:
         print("NOTE:", note)
     args.out.mkdir(parents=True, exist_ok=True)
-    report = {"date": time.strftime("%Y-%m-%d"), "machine": platform.processor() or platform.machine(),
-              "k": args.k, "trace_set": trace_set, "groups": len(groups), "acceptance": acceptance,
-              "continuation_policies": continuations,
-              "speed": speed_results,
-              "targets": checks, "notes": notes}
+    report = {
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": platform.processor() or platform.machine(),
+        "k": args.k,
+        "trace_set": trace_set,
+        "groups": len(groups),
+        "acceptance": acceptance,
+        "continuation_policies": continuations,
+        "speed": speed_results,
+        "targets": checks,
+        "notes": notes,
+    }
     (args.out / "replay.json").write_text(json.dumps(report, indent=2))
     title = f"Replay of {trace_set} ({len(groups)} prompts), honest lockstep"
     plot(acceptance, args.out / "acceptance_by_position.png", title)

@@ -75,8 +75,13 @@ class ArcticSuffixDrafter:
 
     name = "Arctic suffix decoding"
 
-    def __init__(self, max_tree_depth: int = 24, max_spec_factor: float = 1.0, min_token_prob: float = 0.1,
-                 max_cached_requests: int = 10000) -> None:
+    def __init__(
+        self,
+        max_tree_depth: int = 24,
+        max_spec_factor: float = 1.0,
+        min_token_prob: float = 0.1,
+        max_cached_requests: int = 10000,
+    ) -> None:
         from arctic_inference.suffix_decoding import SuffixDecodingCache
 
         self.cache = SuffixDecodingCache(max_tree_depth=max_tree_depth, max_cached_requests=max_cached_requests)
@@ -88,8 +93,9 @@ class ArcticSuffixDrafter:
     def propose(self, req_ids, contexts, k):
         out = []
         for req_id, ctx in zip(req_ids, contexts):
-            draft = self.cache.speculate(req_id, ctx[-self.depth:], max_spec_tokens=k,
-                                         max_spec_factor=self.factor, min_token_prob=self.min_prob)
+            draft = self.cache.speculate(
+                req_id, ctx[-self.depth :], max_spec_tokens=k, max_spec_factor=self.factor, min_token_prob=self.min_prob
+            )
             out.append(np.asarray(draft.token_ids, dtype=np.int32))
         return out
 

@@ -50,8 +50,12 @@ _SAM = {"method": "custom_class", "model": "rollout.proposer.SamProposer", "num_
 SETTINGS: dict[str, tuple[dict | None, dict | None, str]] = {
     "none": (None, None, "no speculation"),
     "ngram": (
-        {"method": "ngram", "num_speculative_tokens": K,
-         "prompt_lookup_min": NGRAM_PROMPT_LOOKUP_MIN, "prompt_lookup_max": NGRAM_PROMPT_LOOKUP_MAX},
+        {
+            "method": "ngram",
+            "num_speculative_tokens": K,
+            "prompt_lookup_min": NGRAM_PROMPT_LOOKUP_MIN,
+            "prompt_lookup_max": NGRAM_PROMPT_LOOKUP_MAX,
+        },
         None,
         f"vLLM n-gram, k={K}, prompt_lookup_min=max={NGRAM_PROMPT_LOOKUP_MIN} (vLLM defaults)",
     ),
@@ -137,7 +141,9 @@ class Workload:
     def describe(self) -> dict:
         d = {k: v for k, v in asdict(self).items() if k != "prompt_token_ids"}
         lens = [len(p) for p in self.prompt_token_ids]
-        d["prompt_tokens"] = {"min": min(lens), "max": max(lens), "mean": round(sum(lens) / len(lens), 1)} if lens else {}
+        d["prompt_tokens"] = (
+            {"min": min(lens), "max": max(lens), "mean": round(sum(lens) / len(lens), 1)} if lens else {}
+        )
         return d
 
 
@@ -183,8 +189,15 @@ def _probe_install(worker) -> bool:
     runner = worker.model_runner
     if getattr(runner, "_bench_probe", None) is not None:
         return True
-    st = {"steps": 0, "scheduled_tokens": 0, "drafter_calls": 0, "drafter_calls_with_drafts": 0,
-          "drafter_seconds": 0.0, "draft_rows": 0, "draft_tokens": 0}
+    st = {
+        "steps": 0,
+        "scheduled_tokens": 0,
+        "drafter_calls": 0,
+        "drafter_calls_with_drafts": 0,
+        "drafter_seconds": 0.0,
+        "draft_rows": 0,
+        "draft_tokens": 0,
+    }
     runner._bench_probe = st
     orig_exec = runner.execute_model
 
@@ -290,7 +303,8 @@ def _part(llm, inputs, sp, label: str) -> tuple[dict, list[list[int]]]:
         "drafter_ms_per_step": round(1e3 * dr_s / steps, 4) if steps else None,
         "drafter_pct_of_step": round(100 * dr_s / wall, 3),
         "frac_drafter_calls_with_drafts": (
-            round(p["drafter_calls_with_drafts"] / p["drafter_calls"], 4) if p.get("drafter_calls") else None),
+            round(p["drafter_calls_with_drafts"] / p["drafter_calls"], 4) if p.get("drafter_calls") else None
+        ),
         "loadavg_1m_before_after": [round(load0, 2), round(load1, 2)],
     }
     if c:
@@ -305,8 +319,9 @@ def _part(llm, inputs, sp, label: str) -> tuple[dict, list[list[int]]]:
     return res, toks
 
 
-def run_setting(name: str, model_dir: str, wl: Workload, engine_kw: dict,
-                spec: dict | None = None, extra: dict | None = None) -> tuple[dict, dict[str, list[list[int]]]]:
+def run_setting(
+    name: str, model_dir: str, wl: Workload, engine_kw: dict, spec: dict | None = None, extra: dict | None = None
+) -> tuple[dict, dict[str, list[list[int]]]]:
     """Build an engine for one setting, run warm-up + sampled + greedy; return (results, tokens)."""
     from vllm import LLM, SamplingParams
 
@@ -326,9 +341,12 @@ def run_setting(name: str, model_dir: str, wl: Workload, engine_kw: dict,
     tokens: dict[str, list[list[int]]] = {}
     try:
         sc = llm.llm_engine.vllm_config.scheduler_config
-        res["engine"] = {"async_scheduling": bool(getattr(sc, "async_scheduling", False)),
-                         "max_num_seqs": sc.max_num_seqs, "max_num_batched_tokens": sc.max_num_batched_tokens,
-                         "chunked_prefill": bool(getattr(sc, "enable_chunked_prefill", False))}
+        res["engine"] = {
+            "async_scheduling": bool(getattr(sc, "async_scheduling", False)),
+            "max_num_seqs": sc.max_num_seqs,
+            "max_num_batched_tokens": sc.max_num_batched_tokens,
+            "chunked_prefill": bool(getattr(sc, "enable_chunked_prefill", False)),
+        }
         llm.collective_rpc(_probe_install)
         res["engine"]["drafter_class"] = llm.collective_rpc(_drafter_name)[0]
         prompts = [{"prompt_token_ids": p} for p in wl.prompt_token_ids]
@@ -337,8 +355,14 @@ def run_setting(name: str, model_dir: str, wl: Workload, engine_kw: dict,
         llm.generate(prompts[:2], SamplingParams(temperature=1.0, max_tokens=32, ignore_eos=True), use_tqdm=False)
         res["warmup_s"] = round(time.perf_counter() - t0, 2)
         if wl.prompts > 0:
-            sp = SamplingParams(n=wl.n, temperature=wl.temperature, top_p=1.0, top_k=-1,
-                                max_tokens=wl.max_tokens, ignore_eos=wl.ignore_eos)
+            sp = SamplingParams(
+                n=wl.n,
+                temperature=wl.temperature,
+                top_p=1.0,
+                top_k=-1,
+                max_tokens=wl.max_tokens,
+                ignore_eos=wl.ignore_eos,
+            )
             res["sampled"], tokens["sampled"] = _part(llm, prompts[: wl.prompts], sp, "sampled")
         if wl.greedy_prompts > 0:
             sp = SamplingParams(temperature=0.0, max_tokens=wl.max_tokens, ignore_eos=wl.ignore_eos)
@@ -409,9 +433,16 @@ def run_all(model_dir: str, wl: Workload, settings: list[str], engine_kw: dict, 
             elif ref_greedy is not None:
                 res["greedy"]["vs_none"] = compare_greedy(ref_greedy, toks["greedy"])
         report["settings"][name] = res
-        log(f"[bench] {name} done in {res['setting_total_s']} s: " + json.dumps(
-            {p: {k: res[p].get(k) for k in ("wall_s", "output_tokens", "tok_per_s", "mean_acceptance_length")}
-             for p in ("sampled", "greedy") if p in res}))
+        log(
+            f"[bench] {name} done in {res['setting_total_s']} s: "
+            + json.dumps(
+                {
+                    p: {k: res[p].get(k) for k in ("wall_s", "output_tokens", "tok_per_s", "mean_acceptance_length")}
+                    for p in ("sampled", "greedy")
+                    if p in res
+                }
+            )
+        )
     report["total_s"] = round(time.perf_counter() - t_all, 1)
     report["summary"] = summarize(report)
     return report
@@ -468,13 +499,29 @@ def format_table(report: dict) -> str:
             continue
         wl = report["workload"]
         if part == "sampled":
-            title = f"sampled: {wl['prompts']} prompts x n={wl['n']}, T={wl['temperature']}, max_tokens={wl['max_tokens']}"
+            title = (
+                f"sampled: {wl['prompts']} prompts x n={wl['n']}, T={wl['temperature']}, max_tokens={wl['max_tokens']}"
+            )
         else:
             title = f"greedy: {wl['greedy_prompts']} prompts x n=1, T=0, max_tokens={wl['max_tokens']}"
         lines.append(f"### {title}")
         lines.append("")
-        hdr = ["setting", "wall s", "out tok", "tok/s", "x none", "x ngram", "steps", "tok/step", "step ms",
-               "accept len", "spec-on frac", "drafter ms/step", "drafter %", "greedy ==none"]
+        hdr = [
+            "setting",
+            "wall s",
+            "out tok",
+            "tok/s",
+            "x none",
+            "x ngram",
+            "steps",
+            "tok/step",
+            "step ms",
+            "accept len",
+            "spec-on frac",
+            "drafter ms/step",
+            "drafter %",
+            "greedy ==none",
+        ]
         lines.append("| " + " | ".join(hdr) + " |")
         lines.append("|" + "---|" * len(hdr))
         for name, r in S.items():
@@ -492,12 +539,22 @@ def format_table(report: dict) -> str:
                 gi_s = "-"
             else:
                 gi_s = "yes" if gi else f"NO ({p['vs_none']['n_diverged']}/{p['requests']})"
-            row = [name, _fmt(p["wall_s"], 1), str(p["output_tokens"]), _fmt(p["tok_per_s"], 1),
-                   _fmt(sm.get("speedup_tok_s_vs_none"), 3), _fmt(sm.get("vs_ngram_tok_s"), 3),
-                   str(p["engine_steps"]), _fmt(p["tokens_per_step"], 2), _fmt(p["step_ms"], 1),
-                   _fmt(p.get("mean_acceptance_length"), 3), _fmt(spec_on, 3) if r.get("speculative_config") else "-",
-                   _fmt(p["drafter_ms_per_step"], 3) if r.get("speculative_config") else "-",
-                   _fmt(p["drafter_pct_of_step"], 2) if r.get("speculative_config") else "-", gi_s]
+            row = [
+                name,
+                _fmt(p["wall_s"], 1),
+                str(p["output_tokens"]),
+                _fmt(p["tok_per_s"], 1),
+                _fmt(sm.get("speedup_tok_s_vs_none"), 3),
+                _fmt(sm.get("vs_ngram_tok_s"), 3),
+                str(p["engine_steps"]),
+                _fmt(p["tokens_per_step"], 2),
+                _fmt(p["step_ms"], 1),
+                _fmt(p.get("mean_acceptance_length"), 3),
+                _fmt(spec_on, 3) if r.get("speculative_config") else "-",
+                _fmt(p["drafter_ms_per_step"], 3) if r.get("speculative_config") else "-",
+                _fmt(p["drafter_pct_of_step"], 2) if r.get("speculative_config") else "-",
+                gi_s,
+            ]
             lines.append("| " + " | ".join(row) + " |")
         lines.append("")
     if report.get("skipped"):

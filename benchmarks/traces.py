@@ -25,8 +25,16 @@ from .data import TraceGroup
 
 FORMAT = "sam-spec-rollout/traces/v1"
 QWEN25MATH = "qwen25math"  # the shared Qwen2.5-Math traces, tokenised on load
-_ARRAYS = ("prompt_tokens", "prompt_offsets", "response_tokens", "response_offsets", "response_group",
-           "finish_reasons", "group_prompt_index", "settings_json")
+_ARRAYS = (
+    "prompt_tokens",
+    "prompt_offsets",
+    "response_tokens",
+    "response_offsets",
+    "response_group",
+    "finish_reasons",
+    "group_prompt_index",
+    "settings_json",
+)
 
 
 class TraceFileError(ValueError):
@@ -63,8 +71,9 @@ def _check_ids(groups: list[SampledGroup], vocab_size: int) -> None:
             if row.size and (row.min() < 0 or row.max() >= vocab_size):
                 raise ValueError(f"group {g.prompt_index}: token id outside [0, {vocab_size})")
         if len(g.finish_reasons) != len(g.responses):
-            raise ValueError(f"group {g.prompt_index}: {len(g.responses)} responses but "
-                             f"{len(g.finish_reasons)} finish reasons")
+            raise ValueError(
+                f"group {g.prompt_index}: {len(g.responses)} responses but {len(g.finish_reasons)} finish reasons"
+            )
 
 
 def write_traces(path: str | os.PathLike, groups: list[SampledGroup], settings: dict) -> Path:
@@ -84,8 +93,10 @@ def write_traces(path: str | os.PathLike, groups: list[SampledGroup], settings: 
     tmp = path.with_name(path.name + ".tmp.npz")
     np.savez_compressed(
         tmp,
-        prompt_tokens=prompt_tokens, prompt_offsets=prompt_offsets,
-        response_tokens=response_tokens, response_offsets=response_offsets,
+        prompt_tokens=prompt_tokens,
+        prompt_offsets=prompt_offsets,
+        response_tokens=response_tokens,
+        response_offsets=response_offsets,
         response_group=np.repeat(np.arange(len(groups)), [len(g.responses) for g in groups]).astype(np.int32),
         finish_reasons=np.asarray([f for g in groups for f in g.finish_reasons], dtype=np.str_),
         group_prompt_index=np.asarray([g.prompt_index for g in groups], dtype=np.int64),
@@ -132,8 +143,10 @@ def read_traces(path: str | os.PathLike) -> tuple[list[SampledGroup], dict]:
     settings = _settings(path, a)
     prompts = _split(a["prompt_tokens"], a["prompt_offsets"])
     responses = _split(a["response_tokens"], a["response_offsets"])
-    if not (len(prompts) == len(a["group_prompt_index"]) and len(responses) == len(a["response_group"])
-            == len(a["finish_reasons"])):
+    if not (
+        len(prompts) == len(a["group_prompt_index"])
+        and len(responses) == len(a["response_group"]) == len(a["finish_reasons"])
+    ):
         raise TraceFileError(f"{path}: array lengths disagree")
     groups = [SampledGroup(int(i), p, []) for i, p in zip(a["group_prompt_index"], prompts)]
     for g, r, reason in zip(a["response_group"], responses, a["finish_reasons"]):

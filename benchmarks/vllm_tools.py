@@ -7,8 +7,10 @@ import gc
 
 def chat_prompt_ids(tokenizer, questions: list[str]) -> list[list[int]]:
     """Token ids of each question as a single user turn, with the model's chat template."""
-    texts = [tokenizer.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=False)
-             for q in questions]
+    texts = [
+        tokenizer.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=False)
+        for q in questions
+    ]
     return [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
 
 

@@ -67,7 +67,8 @@ class SamSettings:
         raw = dict(raw)
         if "k" in raw:
             raise ValueError(
-                f"{WHERE}.k is not a setting: k is speculative_config.num_speculative_tokens (got {WHERE}.k={raw['k']!r})"
+                f"{WHERE}.k is not a setting: k is speculative_config.num_speculative_tokens "
+                f"(got {WHERE}.k={raw['k']!r})"
             )
         known = {f.name for f in fields(cls)} - {"k"}
         unknown = sorted(set(raw) - known)

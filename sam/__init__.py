@@ -4,4 +4,12 @@ from .automaton import SuffixAutomaton
 from .config import DraftConfig
 from .drafter import SOURCE_GROUP, SOURCE_HISTORY, SOURCE_NONE, BatchDrafter, Proposal
 
-__all__ = ["BatchDrafter", "DraftConfig", "Proposal", "SuffixAutomaton", "SOURCE_NONE", "SOURCE_GROUP", "SOURCE_HISTORY"]
+__all__ = [
+    "BatchDrafter",
+    "DraftConfig",
+    "Proposal",
+    "SuffixAutomaton",
+    "SOURCE_NONE",
+    "SOURCE_GROUP",
+    "SOURCE_HISTORY",
+]

@@ -308,7 +308,7 @@ def set_edge(states, edges, m, s, token, target):
     its block, moved to a bigger block when full (room reserved by the caller)."""
     b = s * STATE_WIDTH
     first = states[b + S_TOKEN]
-    if first == NO_EDGE or first == token:
+    if first == NO_EDGE or first == token:  # noqa: SIM109 (numba: plain comparisons)
         states[b + S_TOKEN] = token
         states[b + S_TARGET] = target
         return
@@ -549,10 +549,14 @@ def history_views(table, history):
     """(states, edges, log) of each history generation, once per batch; empty where absent."""
     empty = np.empty(0, dtype=np.int32)
     h0, h1 = history[0], history[1]
-    return ((view(table, h0, T_STATES), view(table, h0, T_EDGES), view(table, h0, T_LOG)) if h0 >= 0
-            else (empty, empty, empty),
-            (view(table, h1, T_STATES), view(table, h1, T_EDGES), view(table, h1, T_LOG)) if h1 >= 0
-            else (empty, empty, empty))
+    return (
+        (view(table, h0, T_STATES), view(table, h0, T_EDGES), view(table, h0, T_LOG))
+        if h0 >= 0
+        else (empty, empty, empty),
+        (view(table, h1, T_STATES), view(table, h1, T_EDGES), view(table, h1, T_LOG))
+        if h1 >= 0
+        else (empty, empty, empty),
+    )
 
 
 @njit(cache=True)
@@ -570,8 +574,9 @@ def append_tokens(table, meta, cursor, hist, r, tokens, start, stop, need):
     Returns the tokens done up to; short of `stop` means grow as `need` says."""
     if stop <= start:
         return stop
-    j, state, pos, first = append_run(table, meta, cursor[r, R_AUTO], cursor[r, R_STATE], cursor[r, R_POS],
-                                      tokens, start, stop, need)
+    j, state, pos, first = append_run(
+        table, meta, cursor[r, R_AUTO], cursor[r, R_STATE], cursor[r, R_POS], tokens, start, stop, need
+    )
     cursor[r, R_STATE] = state
     cursor[r, R_POS] = pos
     if cursor[r, R_FIRST] < 0:
@@ -613,7 +618,10 @@ def sync_rows(table, meta, cursor, history, slots, rows, row_lengths, need):
     hist = history_views(table, history)
     for i in range(slots.size):
         r = slots[i]
-        if append_tokens(table, meta, cursor, hist, r, rows[i], cursor[r, R_TOKENS], row_lengths[i], need) < row_lengths[i]:
+        if (
+            append_tokens(table, meta, cursor, hist, r, rows[i], cursor[r, R_TOKENS], row_lengths[i], need)
+            < row_lengths[i]
+        ):
             return GROW
     return OK
 
@@ -706,21 +714,41 @@ def _propose_one(table, cursor, hist, r, k, min_match, scaled, use_history, out_
 
 
 @njit(cache=True)
-def propose_batch(table, cursor, history, slots, k, min_match, scaled, use_history, out, out_len, out_match, out_source):
+def propose_batch(
+    table, cursor, history, slots, k, min_match, scaled, use_history, out, out_len, out_match, out_source
+):
     """Drafts for requests slots[i] into out[i, :out_len[i]]."""
     hist = history_views(table, history)
     for i in range(slots.size):
-        out_len[i], out_match[i], out_source[i] = _propose_one(table, cursor, hist, slots[i], k, min_match, scaled,
-                                                               use_history, out[i])
+        out_len[i], out_match[i], out_source[i] = _propose_one(
+            table, cursor, hist, slots[i], k, min_match, scaled, use_history, out[i]
+        )
 
 
 @njit(cache=True)
-def step_rows(table, meta, cursor, history, slots, rows, row_lengths, need, k, min_match, scaled, use_history,
-              out, out_len, out_match, out_source):
+def step_rows(
+    table,
+    meta,
+    cursor,
+    history,
+    slots,
+    rows,
+    row_lengths,
+    need,
+    k,
+    min_match,
+    scaled,
+    use_history,
+    out,
+    out_len,
+    out_match,
+    out_source,
+):
     """sync_rows then propose_batch in one call. Every request is synced before any proposes, so a
     sibling's tokens of this step count whatever the row order. Returns sync_rows' answer."""
     code = sync_rows(table, meta, cursor, history, slots, rows, row_lengths, need)
     if code == OK and k > 0:
-        propose_batch(table, cursor, history, slots, k, min_match, scaled, use_history, out, out_len, out_match,
-                      out_source)
+        propose_batch(
+            table, cursor, history, slots, k, min_match, scaled, use_history, out, out_len, out_match, out_source
+        )
     return code

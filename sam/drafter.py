@@ -221,8 +221,9 @@ class BatchDrafter:
         k = self._check_k(self.config.k if k is None else k)
         slots, row_lengths = self._check_rows(req_ids, rows, row_lengths)
         out = self._empty_proposal(slots.size, k)
-        code = self._until_done(core.step_rows, self._cursor, self._history, slots, rows, row_lengths, self._need, k,
-                                *self._policy(), *out)
+        code = self._until_done(
+            core.step_rows, self._cursor, self._history, slots, rows, row_lengths, self._need, k, *self._policy(), *out
+        )
         self._raise_bad_row(code, req_ids, slots, rows, row_lengths)
         return out
 
@@ -260,8 +261,9 @@ class BatchDrafter:
         """Insert a whole text as a fresh member of automaton a; returns its end (state, pos)."""
         done, state, pos = 0, 0, -1
         while True:
-            done, state, pos = core.insert_text(self._automata.table, self._automata.meta, a, tokens, done, state,
-                                                pos, self._need)
+            done, state, pos = core.insert_text(
+                self._automata.table, self._automata.meta, a, tokens, done, state, pos, self._need
+            )
             if done == tokens.size:
                 return state, pos
             self._automata.grow(self._need)
@@ -278,8 +280,12 @@ class BatchDrafter:
 
     @staticmethod
     def _empty_proposal(n: int, k: int) -> Proposal:
-        return Proposal(np.full((n, k), -1, dtype=np.int32), np.zeros(n, dtype=np.int32),
-                        np.zeros(n, dtype=np.int32), np.zeros(n, dtype=np.int8))
+        return Proposal(
+            np.full((n, k), -1, dtype=np.int32),
+            np.zeros(n, dtype=np.int32),
+            np.zeros(n, dtype=np.int32),
+            np.zeros(n, dtype=np.int8),
+        )
 
     def _check_rows(self, req_ids, rows, row_lengths):
         slots = self._slots_of(req_ids)
@@ -295,8 +301,10 @@ class BatchDrafter:
     def _raise_bad_row(self, bad, req_ids, slots, rows, row_lengths) -> None:
         if bad >= 0:  # a row index; OK (-1) otherwise
             seen = int(self._cursor[slots[bad], core.R_TOKENS])
-            raise ValueError(f"row {bad} for request {req_ids[bad]!r} is invalid: length {int(row_lengths[bad])} "
-                             f"(seen {seen}, row width {rows.shape[1]}) or a negative token id; nothing was appended")
+            raise ValueError(
+                f"row {bad} for request {req_ids[bad]!r} is invalid: length {int(row_lengths[bad])} "
+                f"(seen {seen}, row width {rows.shape[1]}) or a negative token id; nothing was appended"
+            )
 
     def _slot_of(self, req_id: Hashable) -> int:
         try:
@@ -340,6 +348,6 @@ class BatchDrafter:
         self._history[1:] = self._history[:-1]
         self._history[0] = self._automata.new()
         live = np.fromiter(self._slot.values(), dtype=np.int64, count=len(self._slot))
-        hist = self._cursor[:, core.R_HIST:]
+        hist = self._cursor[:, core.R_HIST :]
         hist[live, 2:] = hist[live, :-2]
         hist[live, :2] = 0

@@ -68,18 +68,14 @@ def _num_tokens_per_request(cu_num_tokens: torch.Tensor) -> torch.Tensor:
     return torch.diff(cu_num_tokens, prepend=cu_num_tokens.new_zeros(1))
 
 
-def _token_request_and_position(
-    cu_num_tokens: torch.Tensor, num_tokens: int
-) -> tuple[torch.Tensor, torch.Tensor]:
+def _token_request_and_position(cu_num_tokens: torch.Tensor, num_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Request index and position within the request of every token.
 
     Returns two ``[num_tokens]`` int64 tensors.
     """
     batch_size = cu_num_tokens.shape[0]
     device = cu_num_tokens.device
-    request_index = expand_batch_to_tokens(
-        torch.arange(batch_size, device=device), cu_num_tokens, num_tokens
-    )
+    request_index = expand_batch_to_tokens(torch.arange(batch_size, device=device), cu_num_tokens, num_tokens)
     request_start = (cu_num_tokens - _num_tokens_per_request(cu_num_tokens)).long()
     position = torch.arange(num_tokens, device=device) - request_start[request_index]
     return request_index, position
@@ -121,14 +117,10 @@ def expand_batch_to_tokens(
     """
     assert x.shape[0] == cu_num_tokens.shape[0]
     replaced = torch.where(x == replace_from, torch.as_tensor(replace_to, dtype=x.dtype), x)
-    return torch.repeat_interleave(
-        replaced, _num_tokens_per_request(cu_num_tokens), output_size=num_tokens
-    )
+    return torch.repeat_interleave(replaced, _num_tokens_per_request(cu_num_tokens), output_size=num_tokens)
 
 
-def apply_top_k_top_p(
-    logits: torch.Tensor, top_k: torch.Tensor | None, top_p: torch.Tensor | None
-) -> torch.Tensor:
+def apply_top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor | None, top_p: torch.Tensor | None) -> torch.Tensor:
     """Mask logits outside the top-k / top-p set with ``-inf`` (vLLM's PyTorch rule).
 
     ``logits``: ``[num_rows, vocab_size]`` (modified in place and returned);
@@ -171,9 +163,7 @@ def apply_sampling_constraints(
     changes them (then possibly ``target_logits`` itself; treat as read-only).
     Greedy requests are divided by 1, which keeps their argmax.
     """
-    token_constraints = _expand_constraints(
-        cu_num_draft_tokens, target_logits.shape[0], temperature, top_k, top_p
-    )
+    token_constraints = _expand_constraints(cu_num_draft_tokens, target_logits.shape[0], temperature, top_k, top_p)
     return _constrain_logits(target_logits, *token_constraints)
 
 
@@ -319,15 +309,17 @@ def sample_recovered_tokens(
     """
     num_tokens = draft_token_ids.shape[0]
     request_index, _ = _token_request_and_position(cu_num_draft_tokens, num_tokens)
-    return torch.cat([
-        _recovered_tokens(
-            target_probs[tile].clone(),  # the residual is built in place
-            draft_token_ids[tile],
-            None if draft_probs is None else draft_probs[tile],
-            recovery_noise[request_index[tile]],
-        )
-        for tile in _row_tiles(num_tokens, target_probs.shape[1], target_probs.device)
-    ])
+    return torch.cat(
+        [
+            _recovered_tokens(
+                target_probs[tile].clone(),  # the residual is built in place
+                draft_token_ids[tile],
+                None if draft_probs is None else draft_probs[tile],
+                recovery_noise[request_index[tile]],
+            )
+            for tile in _row_tiles(num_tokens, target_probs.shape[1], target_probs.device)
+        ]
+    )
 
 
 def _recovered_tokens(
@@ -411,17 +403,25 @@ def _accepted_prefix_to_output(
     num_accepted = _num_accepted(accepted, cu_num_draft_tokens, max_spec_len)
 
     draft_grid = _scatter_to_grid(
-        draft_token_ids.to(output_token_ids.dtype), request_index, position, batch_size, width,
+        draft_token_ids.to(output_token_ids.dtype),
+        request_index,
+        position,
+        batch_size,
+        width,
         PLACEHOLDER_TOKEN_ID,
     )
     # Replacement tokens at draft positions; the bonus sits just past the last draft.
     replacement_grid = _scatter_to_grid(
-        replacement_token_ids.to(output_token_ids.dtype), request_index, position, batch_size,
-        width, PLACEHOLDER_TOKEN_ID,
+        replacement_token_ids.to(output_token_ids.dtype),
+        request_index,
+        position,
+        batch_size,
+        width,
+        PLACEHOLDER_TOKEN_ID,
     )
-    replacement_grid[torch.arange(batch_size, device=output_token_ids.device), num_drafts] = (
-        bonus_token_ids.reshape(-1).to(output_token_ids.dtype)
-    )
+    replacement_grid[torch.arange(batch_size, device=output_token_ids.device), num_drafts] = bonus_token_ids.reshape(
+        -1
+    ).to(output_token_ids.dtype)
 
     column = torch.arange(width, device=output_token_ids.device).unsqueeze(0)
     num_accepted = num_accepted.unsqueeze(1)
@@ -559,8 +559,12 @@ def rejection_sample(
     if any_greedy:
         # Temperature, top-k and top-p all keep the argmax, so greedy reads the raw logits.
         rejection_greedy_sample(
-            output_token_ids, cu_num_draft_tokens, draft_token_ids, target_logits.argmax(dim=1),
-            bonus_token_ids, None if all_greedy else is_greedy,
+            output_token_ids,
+            cu_num_draft_tokens,
+            draft_token_ids,
+            target_logits.argmax(dim=1),
+            bonus_token_ids,
+            None if all_greedy else is_greedy,
         )
         if all_greedy:
             return output_token_ids
@@ -573,10 +577,12 @@ def rejection_sample(
         logits = _constrain_logits(target_logits[rows], *_take_constraints(constraints, rows))
         return logits.softmax(dim=-1)
 
-    target_prob = torch.cat([
-        _probs_at_drafts(target_probs_at(tile), draft_token_ids[tile])
-        for tile in _row_tiles(num_tokens, vocab_size, device)
-    ])
+    target_prob = torch.cat(
+        [
+            _probs_at_drafts(target_probs_at(tile), draft_token_ids[tile])
+            for tile in _row_tiles(num_tokens, vocab_size, device)
+        ]
+    )
     draft_prob = None if draft_probs is None else _probs_at_drafts(draft_probs, draft_token_ids)
     if uniform_probs is None:
         uniform_probs = generate_uniform_probs(num_draft_tokens, generators, device, is_greedy)
@@ -596,17 +602,24 @@ def rejection_sample(
         noise_rows = recovery_noise[recovery_requests]
     tile_rows = _row_tiles(recovery_tokens.shape[0], vocab_size, device)
     recovered_token_ids = torch.full_like(draft_token_ids, PLACEHOLDER_TOKEN_ID, dtype=torch.long)
-    recovered_token_ids[recovery_tokens] = torch.cat([
-        _recovered_tokens(
-            target_probs_at(recovery_tokens[rows]),
-            draft_token_ids[recovery_tokens[rows]],
-            None if draft_probs is None else draft_probs[recovery_tokens[rows]],
-            noise_rows[rows],
-        )
-        for rows in tile_rows
-    ])
+    recovered_token_ids[recovery_tokens] = torch.cat(
+        [
+            _recovered_tokens(
+                target_probs_at(recovery_tokens[rows]),
+                draft_token_ids[recovery_tokens[rows]],
+                None if draft_probs is None else draft_probs[recovery_tokens[rows]],
+                noise_rows[rows],
+            )
+            for rows in tile_rows
+        ]
+    )
     _accepted_prefix_to_output(
-        output_token_ids, cu_num_draft_tokens, draft_token_ids, accepted, recovered_token_ids,
-        bonus_token_ids, rows_to_write=~is_greedy if any_greedy else None,
+        output_token_ids,
+        cu_num_draft_tokens,
+        draft_token_ids,
+        accepted,
+        recovered_token_ids,
+        bonus_token_ids,
+        rows_to_write=~is_greedy if any_greedy else None,
     )
     return output_token_ids

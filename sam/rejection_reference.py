@@ -59,9 +59,7 @@ def _target_distribution_row(
     return top_k_top_p_row(scaled, top_k, top_p).softmax(dim=0)
 
 
-def _greedy_request(
-    draft_token_ids: list[int], target_logits: torch.Tensor, bonus_token_id: int
-) -> list[int]:
+def _greedy_request(draft_token_ids: list[int], target_logits: torch.Tensor, bonus_token_id: int) -> list[int]:
     """Tokens emitted for one greedy request: the argmax chain up to the first mismatch."""
     emitted = []
     for position, draft_token_id in enumerate(draft_token_ids):

@@ -230,9 +230,7 @@ def derive_schedule(
         best_k, best_gain = 0, 1.0
         for k in range(1, max_k + 1):
             # gain = tokens-per-ms with k drafts over tokens-per-ms without, worst case over contexts
-            gain = min(
-                tokens_by_k[k] * step_cost(b, 1.0, c) / step_cost(b, 1.0 + drafted_by_k[k], c) for c in contexts
-            )
+            gain = min(tokens_by_k[k] * step_cost(b, 1.0, c) / step_cost(b, 1.0 + drafted_by_k[k], c) for c in contexts)
             if gain > best_gain * (1.0 + 1e-12):
                 best_k, best_gain = k, gain
         k_by_batch.append(best_k)

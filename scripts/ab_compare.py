@@ -152,8 +152,14 @@ def summary(order, base_steps, sam_steps) -> list[str]:
     ]
     if not (np.isnan(nb).any() or np.isnan(ns).any()):
         # DAPO's group filter may need a different number of generation batches per step in each arm
-        lines.append(f"rollout time per generation batch: speed-up {(gb.sum() / nb.sum()) / (gs.sum() / ns.sum()):.3f}x")
-    for label, key in (("mean acceptance length", ACCEPTANCE), ("speculation-on fraction", SPEC_ON), ("drafter ms per engine step", DRAFTER_MS)):
+        lines.append(
+            f"rollout time per generation batch: speed-up {(gb.sum() / nb.sum()) / (gs.sum() / ns.sum()):.3f}x"
+        )
+    for label, key in (
+        ("mean acceptance length", ACCEPTANCE),
+        ("speculation-on fraction", SPEC_ON),
+        ("drafter ms per engine step", DRAFTER_MS),
+    ):
         v = series(sam_steps, key, order)
         lines.append(f"{label} (SAM): {fmt(float(np.nanmean(v)) if not np.isnan(v).all() else np.nan)}")
     return lines
@@ -166,8 +172,12 @@ def plot(order, base_steps, sam_steps, out: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     out.mkdir(parents=True, exist_ok=True)
-    panels = [(ROLLOUT_TIME, "rollout time per step (s)"), (REWARD, "reward (score mean)"),
-              (RESPONSE_LENGTH, "response length (mean tokens)"), (ACCEPTANCE, "SAM mean acceptance length")]  # fmt: skip
+    panels = [
+        (ROLLOUT_TIME, "rollout time per step (s)"),
+        (REWARD, "reward (score mean)"),
+        (RESPONSE_LENGTH, "response length (mean tokens)"),
+        (ACCEPTANCE, "SAM mean acceptance length"),
+    ]
     written = []
     for key, title in panels:
         fig, ax = plt.subplots(figsize=(6, 3.5))

@@ -1,6 +1,6 @@
 """Engine benchmark (not part of the tests): one GRPO-like workload under several speculative settings.
 
-    python scripts/bench_engine.py                                   # 16 DAPO prompts x n=4, T=1, + 16 greedy, 1024 tokens
+    python scripts/bench_engine.py                               # 16 DAPO prompts x n=4, T=1, + 16 greedy, 1024 tok
     python scripts/bench_engine.py --prompts 4 --greedy-prompts 4 --max-tokens 256 --json results/engine-quick.json
     python scripts/bench_engine.py --settings none sam sam_group     # a subset
 
@@ -44,9 +44,18 @@ def main() -> None:
     from benchmarks.tiny_model import ensure_smollm2
 
     model = str(ensure_smollm2())
-    wl = be.build_workload(model, be.Workload(prompts=args.prompts, n=args.n, max_tokens=args.max_tokens,
-                                              greedy_prompts=args.greedy_prompts, temperature=args.temperature,
-                                              offset=args.offset, ignore_eos=args.ignore_eos))
+    wl = be.build_workload(
+        model,
+        be.Workload(
+            prompts=args.prompts,
+            n=args.n,
+            max_tokens=args.max_tokens,
+            greedy_prompts=args.greedy_prompts,
+            temperature=args.temperature,
+            offset=args.offset,
+            ignore_eos=args.ignore_eos,
+        ),
+    )
     kw = be.engine_kwargs(wl, dtype=args.dtype, max_num_seqs=args.max_num_seqs, seed=args.seed)
     print(f"[bench] workload {json.dumps(wl.describe())}\n[bench] engine {json.dumps(kw)}", flush=True)
     report = be.run_all(model, wl, args.settings, kw, log=lambda s: print(s, flush=True))

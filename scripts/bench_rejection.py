@@ -129,14 +129,29 @@ def run_ascend_helpers(helpers: dict, batch: dict, randoms: dict, target_probs: 
     helpers["expand_pytorch"](temperature, batch["temperature"], cu_num_draft_tokens, -1, 1, 32)
     recovered = torch.empty_like(batch["draft_token_ids"])
     helpers["sample_recovered_tokens_pytorch"](
-        recovered, cu_num_draft_tokens, batch["draft_token_ids"], None, target_probs,
-        randoms["recovery_noise"], VOCAB_SIZE, IS_NGRAM=True,
+        recovered,
+        cu_num_draft_tokens,
+        batch["draft_token_ids"],
+        None,
+        target_probs,
+        randoms["recovery_noise"],
+        VOCAB_SIZE,
+        IS_NGRAM=True,
     )
     output = torch.full((batch_size, batch["max_spec_len"] + 1), -1, dtype=torch.int32)
     helpers["rejection_random_sample_pytorch"](
-        output, cu_num_draft_tokens, batch["draft_token_ids"], None, target_probs, batch["bonus_token_ids"],
-        recovered, randoms["uniform_probs"], torch.zeros(batch_size, dtype=torch.bool), batch["max_spec_len"],
-        VOCAB_SIZE, IS_NGRAM=True,
+        output,
+        cu_num_draft_tokens,
+        batch["draft_token_ids"],
+        None,
+        target_probs,
+        batch["bonus_token_ids"],
+        recovered,
+        randoms["uniform_probs"],
+        torch.zeros(batch_size, dtype=torch.bool),
+        batch["max_spec_len"],
+        VOCAB_SIZE,
+        IS_NGRAM=True,
     )
     return output
 
@@ -169,8 +184,10 @@ def bench_shape(batch_size: int, num_drafts: int, ascend_helpers: dict | None, b
         target_probs = batch["target_logits"].softmax(dim=-1)
         ours = dict(zip(ASCEND_HELPERS, patch.REPLACEMENTS.values()))
         assert list(patch.REPLACEMENTS) == list(ASCEND_HELPERS)
-        assert torch.equal(run_ascend_helpers(ours, batch, randoms, target_probs),
-                           run_ascend_helpers(ascend_helpers, batch, randoms, target_probs))
+        assert torch.equal(
+            run_ascend_helpers(ours, batch, randoms, target_probs),
+            run_ascend_helpers(ascend_helpers, batch, randoms, target_probs),
+        )
         row["ascend_loops_ms"] = best_ms(
             lambda: run_ascend_helpers(ascend_helpers, batch, randoms, target_probs), loop_repetitions
         )
@@ -181,20 +198,25 @@ def bench_shape(batch_size: int, num_drafts: int, ascend_helpers: dict | None, b
 
 def print_table(rows: list[dict]) -> None:
     with_ascend = "ascend_loops_ms" in rows[0]
-    header = (f"{'batch':>5} {'k':>2} {'accept':>6} {'loop ms':>9} {'vec ms':>8} {'ratio':>6} "
-              f"{'loop+rng':>9} {'vec+rng':>8} {'ratio':>6} "
-              f"{'loop softmax':>12} {'all softmax':>11} {'ceiling':>7}")
+    header = (
+        f"{'batch':>5} {'k':>2} {'accept':>6} {'loop ms':>9} {'vec ms':>8} {'ratio':>6} "
+        f"{'loop+rng':>9} {'vec+rng':>8} {'ratio':>6} "
+        f"{'loop softmax':>12} {'all softmax':>11} {'ceiling':>7}"
+    )
     if with_ascend:
         header += f" | {'asc-0.11 ms':>11} {'ours ms':>8} {'ratio':>6}"
     print(header)
     for row in rows:
-        line = (f"{row['batch_size']:>5} {row['num_drafts']:>2} {row['acceptance']:>6.2f} {row['loop_ms']:>9.1f} "
-                f"{row['vectorised_ms']:>8.1f} {row['loop_speedup']:>5.1f}x "
-                f"{row['loop_rng_ms']:>9.1f} {row['vectorised_rng_ms']:>8.1f} {row['loop_rng_speedup']:>5.1f}x "
-                f"{row['loop_softmax_ms']:>12.1f} {row['all_softmax_ms']:>11.1f} {row['ratio_ceiling']:>6.1f}x")
+        line = (
+            f"{row['batch_size']:>5} {row['num_drafts']:>2} {row['acceptance']:>6.2f} {row['loop_ms']:>9.1f} "
+            f"{row['vectorised_ms']:>8.1f} {row['loop_speedup']:>5.1f}x "
+            f"{row['loop_rng_ms']:>9.1f} {row['vectorised_rng_ms']:>8.1f} {row['loop_rng_speedup']:>5.1f}x "
+            f"{row['loop_softmax_ms']:>12.1f} {row['all_softmax_ms']:>11.1f} {row['ratio_ceiling']:>6.1f}x"
+        )
         if with_ascend:
-            line += (f" | {row['ascend_loops_ms']:>11.1f} {row['ascend_vectorised_ms']:>8.1f} "
-                     f"{row['ascend_speedup']:>5.1f}x")
+            line += (
+                f" | {row['ascend_loops_ms']:>11.1f} {row['ascend_vectorised_ms']:>8.1f} {row['ascend_speedup']:>5.1f}x"
+            )
         print(line)
 
 
@@ -203,16 +225,23 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write the results here as JSON")
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=list(BATCH_SIZES))
     parser.add_argument("--draft-lengths", type=int, nargs="+", default=list(DRAFT_LENGTHS))
-    parser.add_argument("--ascend-source", type=Path, default=DEFAULT_ASCEND_SOURCE,
-                        help="vllm-ascend 0.11.0 vllm_ascend/sample/rejection_sampler.py (skipped if absent)")
+    parser.add_argument(
+        "--ascend-source",
+        type=Path,
+        default=DEFAULT_ASCEND_SOURCE,
+        help="vllm-ascend 0.11.0 vllm_ascend/sample/rejection_sampler.py (skipped if absent)",
+    )
     args = parser.parse_args()
 
     ascend_helpers = load_ascend_helpers(args.ascend_source)
     if ascend_helpers is None:
-        print(f"vllm-ascend source not found at {args.ascend_source}; skipping its loops "
-              "(run tests/test_ascend_rejection_contract.py once to cache it)")
-    print(f"vocab {VOCAB_SIZE}, float32, point-mass drafts, torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads")
+        print(
+            f"vllm-ascend source not found at {args.ascend_source}; skipping its loops "
+            "(run tests/test_ascend_rejection_contract.py once to cache it)"
+        )
+    print(
+        f"vocab {VOCAB_SIZE}, float32, point-mass drafts, torch {torch.__version__}, {torch.get_num_threads()} threads"
+    )
     rows = []
     for num_drafts in args.draft_lengths:
         for batch_size in args.batch_sizes:
@@ -220,10 +249,21 @@ def main() -> None:
     print_table(rows)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(dict(
-            vocab_size=VOCAB_SIZE, dtype="float32", torch=torch.__version__, threads=torch.get_num_threads(),
-            machine=platform.machine(), processor=platform.processor(), rows=rows,
-        ), indent=2) + "\n")
+        args.json.write_text(
+            json.dumps(
+                dict(
+                    vocab_size=VOCAB_SIZE,
+                    dtype="float32",
+                    torch=torch.__version__,
+                    threads=torch.get_num_threads(),
+                    machine=platform.machine(),
+                    processor=platform.processor(),
+                    rows=rows,
+                ),
+                indent=2,
+            )
+            + "\n"
+        )
 
 
 if __name__ == "__main__":

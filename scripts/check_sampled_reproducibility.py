@@ -57,14 +57,18 @@ def main() -> None:
     from benchmarks.tiny_model import ensure_smollm2
 
     model_dir = str(ensure_smollm2())
-    wl = bench.build_workload(model_dir, bench.Workload(prompts=args.prompts, n=args.n, max_tokens=args.max_tokens,
-                                                         greedy_prompts=0))
+    wl = bench.build_workload(
+        model_dir, bench.Workload(prompts=args.prompts, n=args.n, max_tokens=args.max_tokens, greedy_prompts=0)
+    )
     results = {s: [run_once(model_dir, wl, s, args.seed) for _ in range(args.runs)] for s in args.settings}
     print(f"{args.prompts} prompts x n={args.n}, T={wl.temperature}, {args.max_tokens} tokens, engine seed {args.seed}")
     for setting, runs in results.items():
         same = len({h for h, _ in runs}) == 1
-        print(f"{setting:10s} " + "  ".join(f"{h} ({n} tokens)" for h, n in runs)
-              + ("  reproducible" if same else "  DIFFERENT"))
+        print(
+            f"{setting:10s} "
+            + "  ".join(f"{h} ({n} tokens)" for h, n in runs)
+            + ("  reproducible" if same else "  DIFFERENT")
+        )
 
 
 if __name__ == "__main__":

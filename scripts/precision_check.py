@@ -1,6 +1,6 @@
 """Which dtypes are bit-exact between the decode path and the verify path? (rollout/precision.py)
 
-    python scripts/precision_check.py [--dtypes float32 bfloat16] [--prompts 4] [--max-tokens 128]
+python scripts/precision_check.py [--dtypes float32 bfloat16] [--prompts 4] [--max-tokens 128]
 """
 
 from __future__ import annotations
@@ -38,9 +38,15 @@ def main(argv: list[str] | None = None) -> list[dict]:
         rows += [c.as_dict() for c in check_dtype(model, prompts, dtype, args.max_tokens)]
     print(f"\n{'dtype':<10}{'path':<20}{'max |dlogprob|':>16}{'tokens':>8}  first divergence   bit-exact")
     for r in rows:
-        first = "none" if r["first_divergence"] is None else f"prompt {r['first_divergence'][0]}, token {r['first_divergence'][1]}"
-        print(f"{r['dtype']:<10}{r['path']:<20}{r['max_logprob_diff']:>16.3g}{r['tokens_compared']:>8}  "
-              f"{first:<18} {'yes' if r['bit_exact'] else 'no'}")
+        first = (
+            "none"
+            if r["first_divergence"] is None
+            else f"prompt {r['first_divergence'][0]}, token {r['first_divergence'][1]}"
+        )
+        print(
+            f"{r['dtype']:<10}{r['path']:<20}{r['max_logprob_diff']:>16.3g}{r['tokens_compared']:>8}  "
+            f"{first:<18} {'yes' if r['bit_exact'] else 'no'}"
+        )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(rows, indent=2))

@@ -42,11 +42,21 @@ import torch
 import torch.nn.functional as F
 
 DENSE = dict(layers=64, hidden=5120, heads=64, kv_heads=8, head_dim=128, intermediate=25600, vocab=151936)
-MOE = dict(layers=94, hidden=4096, heads=64, kv_heads=4, head_dim=128, experts=128, top_k=8, moe_intermediate=1536,
-           vocab=151936)
+MOE = dict(
+    layers=94,
+    hidden=4096,
+    heads=64,
+    kv_heads=4,
+    head_dim=128,
+    experts=128,
+    top_k=8,
+    moe_intermediate=1536,
+    vocab=151936,
+)
 TINY_DENSE = dict(layers=64, hidden=64, heads=4, kv_heads=2, head_dim=16, intermediate=128, vocab=1000)
-TINY_MOE = dict(layers=94, hidden=64, heads=4, kv_heads=2, head_dim=16, experts=16, top_k=2, moe_intermediate=32,
-                vocab=1000)
+TINY_MOE = dict(
+    layers=94, hidden=64, heads=4, kv_heads=2, head_dim=16, experts=16, top_k=2, moe_intermediate=32, vocab=1000
+)
 
 
 def parse_args(argv=None):
@@ -64,8 +74,12 @@ def parse_args(argv=None):
     p.add_argument("--repeats", type=int, default=10)
     p.add_argument("--max-kv-gb", type=float, default=100.0)
     p.add_argument("--no-graphs", action="store_true", help="never capture CUDA graphs")
-    p.add_argument("--threads", type=int, default=1,
-                   help="CPU threads (1: on a shared machine, more threads wait on each other at every op)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="CPU threads (1: on a shared machine, more threads wait on each other at every op)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", required=True)
     return p.parse_args(argv)
@@ -260,8 +274,10 @@ def profile(args) -> list[dict]:
                 continue
             shape = (batch, s["kv_heads"], ctx + max(qs), s["head_dim"])
             # filled on the device (tens of GB at long context); values do not change the timing
-            caches = [tuple(torch.empty(shape, device=device, dtype=dtype).normal_(generator=gen) for _ in "kv")
-                      for _ in layers]
+            caches = [
+                tuple(torch.empty(shape, device=device, dtype=dtype).normal_(generator=gen) for _ in "kv")
+                for _ in layers
+            ]
             for q in qs:
                 x = torch.empty(batch, q, s["hidden"], device=device, dtype=dtype).normal_(generator=gen)
 
@@ -284,8 +300,12 @@ def profile(args) -> list[dict]:
                 row.update(model=args.model, dtype=args.dtype, tp=args.tp, layers_measured=args.layers, graphs=graphs)
                 if moe:
                     distinct = float(torch.stack([layer.distinct for layer in layers]).float().mean())
-                    row.update(experts=s["experts"], top_k=s["top_k"], distinct_experts=round(distinct, 2),
-                               moe_kernel="grouped_mm" if device.type == "cuda" and GROUPED_MM["ok"] else "loop")
+                    row.update(
+                        experts=s["experts"],
+                        top_k=s["top_k"],
+                        distinct_experts=round(distinct, 2),
+                        moe_kernel="grouped_mm" if device.type == "cuda" and GROUPED_MM["ok"] else "loop",
+                    )
                 rows.append(row)
                 print(", ".join(f"{k}={v}" for k, v in row.items()), flush=True)
             # drop every reference to this KV cache before the next one is allocated (tens of GB)

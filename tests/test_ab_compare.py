@@ -47,8 +47,13 @@ def write_log(path, rng, steps, reward_shift=0.0, gen_scale=1.0, sam=False):
                 "response_length/mean": float(length[s]),
             }
             if sam:
-                data.update({"rollout/sam_acceptance_length": 1.8, "rollout/sam_spec_on_fraction": 0.3,
-                             "rollout/sam_drafter_ms": 0.2})  # fmt: skip
+                data.update(
+                    {
+                        "rollout/sam_acceptance_length": 1.8,
+                        "rollout/sam_spec_on_fraction": 0.3,
+                        "rollout/sam_drafter_ms": 0.2,
+                    }
+                )
             f.write(json.dumps({"step": s + 1, "data": data}) + "\n")
 
 
@@ -87,8 +92,9 @@ def test_speedup_acceptance_and_plots(tmp_path):
     assert "change -10.0%" in text
     assert "mean acceptance length (SAM): 1.800" in text
     pngs = sorted(p.name for p in (tmp_path / "plots").glob("*.png"))
-    assert pngs == sorted(["timing_s_gen.png", "critic_score_mean.png", "response_length_mean.png",
-                           "rollout_sam_acceptance_length.png"])  # fmt: skip
+    assert pngs == sorted(
+        ["timing_s_gen.png", "critic_score_mean.png", "response_length_mean.png", "rollout_sam_acceptance_length.png"]
+    )
     assert all((tmp_path / "plots" / p).read_bytes().startswith(b"\x89PNG") for p in pngs)
 
 

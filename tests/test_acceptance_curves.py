@@ -28,8 +28,9 @@ def cycle_trace() -> list[TraceGroup]:
 
 
 def test_curve_on_a_hand_checked_trace():
-    profile = acceptance_profile(cycle_trace(), "cycle", k=3, bin_edges=[0, 8, 16], methods=["sam_own"],
-                                 log=lambda *_: None)
+    profile = acceptance_profile(
+        cycle_trace(), "cycle", k=3, bin_edges=[0, 8, 16], methods=["sam_own"], log=lambda *_: None
+    )
     own = profile["methods"]["sam_own"]
     assert own["steps"] == [7, 3, 4]
     assert own["tokens_per_step"] == [1.0, 3.0, 3.75]
@@ -38,8 +39,9 @@ def test_curve_on_a_hand_checked_trace():
 
 
 def test_empty_bins_are_null_and_the_profile_is_json():
-    profile = acceptance_profile(cycle_trace(), "cycle", k=3, bin_edges=[0, 8, 16, 64], methods=["sam_own", "sam_group"],
-                                 log=lambda *_: None)
+    profile = acceptance_profile(
+        cycle_trace(), "cycle", k=3, bin_edges=[0, 8, 16, 64], methods=["sam_own", "sam_group"], log=lambda *_: None
+    )
     back = json.loads(json.dumps(profile))
     assert back["k"] == 3 and back["trace_set"] == "cycle" and back["bin_edges"] == [0, 8, 16, 64]
     for key in ("sam_own", "sam_group"):

@@ -86,7 +86,10 @@ def test_ngram_proposer_shape(wheel):
     assert "load_model" in m and "dummy_run" in m
     forms = sorted(argnames(f)[:3] for f in m["propose"])
     # 0.23 form (sampled first) and the newer form (K first) both exist, selected by vllm_version_is
-    assert forms == [["self", "num_speculative_tokens", "sampled_token_ids"], ["self", "sampled_token_ids", "num_tokens_no_spec"]]
+    assert forms == [
+        ["self", "num_speculative_tokens", "sampled_token_ids"],
+        ["self", "sampled_token_ids", "num_tokens_no_spec"],
+    ]
 
 
 def test_runner_builds_drafter_in_get_drafter_and_dispatches_by_isinstance(wheel):
@@ -96,7 +99,9 @@ def test_runner_builds_drafter_in_get_drafter_and_dispatches_by_isinstance(wheel
     m = methods(c)
     (gd,) = m["_get_drafter"]
     assert argnames(gd) == ["self"]
-    assert "get_spec_decode_method(self.speculative_config.method, self.vllm_config, self.device, self)" in ast.unparse(gd)
+    assert "get_spec_decode_method(self.speculative_config.method, self.vllm_config, self.device, self)" in ast.unparse(
+        gd
+    )
     # __init__ -> _set_up_drafter() -> self.drafter = self._get_drafter()
     assert "self._set_up_drafter()" in ast.unparse(m["__init__"][0])
     assert "self.drafter = self._get_drafter()" in ast.unparse(m["_set_up_drafter"][0])
@@ -120,8 +125,12 @@ def test_drafting_runs_after_bookkeeping(wheel):
 def test_input_batch_fields(wheel):
     c = cls_def(tree(wheel, "vllm_ascend/worker/npu_input_batch.py"), "NPUInputBatch")
     src = ast.unparse(c)
-    for field in ("self.token_ids_cpu =", "self.num_tokens_no_spec =", "self.num_prompt_tokens =",
-                  "self.spec_decode_unsupported_reqs"):
+    for field in (
+        "self.token_ids_cpu =",
+        "self.num_tokens_no_spec =",
+        "self.num_prompt_tokens =",
+        "self.spec_decode_unsupported_reqs",
+    ):
         assert field in src, field
     assert [ast.unparse(b) for b in c.bases] == ["InputBatch"]  # req_ids comes from vLLM's InputBatch
 
@@ -139,6 +148,7 @@ def test_module_paths_used_by_the_ngram_route(wheel):
 
 # ---- the subclass itself, with a fake runner -------------------------------------------------
 
+
 class _FakeNgram:
     def __init__(self, vllm_config, runner):  # must not be called by the SAM subclass
         raise AssertionError("base __init__ called")
@@ -151,8 +161,13 @@ class _NS:
 
 def _runner(rows, unsupported=()):
     W = 64
-    ib = _NS(req_ids=[], token_ids_cpu=np.zeros((4, W), np.int32), num_tokens_no_spec=np.zeros(4, np.int32),
-             num_prompt_tokens=np.zeros(4, np.int32), spec_decode_unsupported_reqs=set(unsupported))
+    ib = _NS(
+        req_ids=[],
+        token_ids_cpu=np.zeros((4, W), np.int32),
+        num_tokens_no_spec=np.zeros(4, np.int32),
+        num_prompt_tokens=np.zeros(4, np.int32),
+        spec_decode_unsupported_reqs=set(unsupported),
+    )
     for i, (rid, toks, npt) in enumerate(rows):
         ib.req_ids.append(rid)
         ib.token_ids_cpu[i, : len(toks)] = toks
@@ -162,9 +177,11 @@ def _runner(rows, unsupported=()):
 
 
 def _config(k=3, sam=None):
-    return _NS(speculative_config=_NS(num_speculative_tokens=k, method="ngram"),
-               model_config=_NS(max_model_len=64),
-               additional_config={"sam_spec": sam if sam is not None else {"threshold": None}})
+    return _NS(
+        speculative_config=_NS(num_speculative_tokens=k, method="ngram"),
+        model_config=_NS(max_model_len=64),
+        additional_config={"sam_spec": sam if sam is not None else {"threshold": None}},
+    )
 
 
 def test_sam_ngram_subclass_both_call_forms():

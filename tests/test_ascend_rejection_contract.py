@@ -34,9 +34,28 @@ SAMPLER_PATH_IN_WHEEL = "vllm_ascend/sample/rejection_sampler.py"
 CACHE_DIR = Path.home() / ".cache" / "sam-spec-rollout" / f"vllm-ascend-{ASCEND_VERSION}"
 # The wheel is pure Python plus platform binaries; pin a platform so any host can fetch it.
 PIP_DOWNLOAD = [
-    sys.executable, "-m", "pip", "download", f"vllm-ascend=={ASCEND_VERSION}", "--no-deps",
-    "--only-binary", ":all:", "--platform", "manylinux_2_24_x86_64", "--python-version", "3.11",
-    "--implementation", "cp", "--abi", "cp311", "--timeout", "30", "--retries", "1", "--quiet", "--dest",
+    sys.executable,
+    "-m",
+    "pip",
+    "download",
+    f"vllm-ascend=={ASCEND_VERSION}",
+    "--no-deps",
+    "--only-binary",
+    ":all:",
+    "--platform",
+    "manylinux_2_24_x86_64",
+    "--python-version",
+    "3.11",
+    "--implementation",
+    "cp",
+    "--abi",
+    "cp311",
+    "--timeout",
+    "30",
+    "--retries",
+    "1",
+    "--quiet",
+    "--dest",
 ]
 # Callers in the 0.11.0 module that must reach each patched helper through a global name lookup.
 CALLER_OF = {
@@ -90,7 +109,8 @@ def loop_functions_source(source: str, tree: ast.Module) -> str:
     """``import torch`` plus the module's constants and the patched functions, nothing vLLM."""
     lines = source.splitlines()
     wanted = [
-        node for node in tree.body
+        node
+        for node in tree.body
         if (isinstance(node, ast.FunctionDef) and node.name in patch.REPLACEMENTS)
         or (isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) and t.id.isupper() for t in node.targets))
     ]
@@ -123,15 +143,20 @@ def test_patched_function_exists_with_assumed_parameters(sampler_tree: ast.Modul
 @pytest.mark.parametrize("name", patch.REPLACEMENTS)
 def test_callers_look_up_patched_name_at_call_time(sampler_tree: ast.Module, name: str) -> None:
     caller = top_level_functions(sampler_tree)[CALLER_OF[name]]
-    called = {node.func.id for node in ast.walk(caller) if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)}
+    called = {
+        node.func.id for node in ast.walk(caller) if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+    }
     assert name in called
-    local_names = {node.id for node in ast.walk(caller) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)}
+    local_names = {
+        node.id for node in ast.walk(caller) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)
+    }
     assert name not in local_names
 
 
 @pytest.mark.parametrize("name", patch.REPLACEMENTS)
-def test_loop_detector_fires_on_0_11_0(tmp_path: Path, name: str, sampler_source: str,
-                                       sampler_tree: ast.Module) -> None:
+def test_loop_detector_fires_on_0_11_0(
+    tmp_path: Path, name: str, sampler_source: str, sampler_tree: ast.Module
+) -> None:
     module = import_fake_ascend(tmp_path, loop_functions_source(sampler_source, sampler_tree), ASCEND_VERSION)
     assert patch.source_has_python_loop(getattr(module, name)) is True
     assert patch.version_has_loops(ASCEND_VERSION)
@@ -178,8 +203,16 @@ def ascend_style_inputs(seed: int, with_draft_probs: bool, vocab_size: int = 32)
 def run_recovered(function, inputs: dict) -> torch.Tensor:
     output = torch.empty_like(inputs["draft_token_ids"])
     target_probs = inputs["target_probs"].clone()
-    function(output, inputs["cu_num_draft_tokens"], inputs["draft_token_ids"], inputs["draft_probs"],
-             target_probs, inputs["q"], inputs["vocab_size"], IS_NGRAM=inputs["draft_probs"] is None)
+    function(
+        output,
+        inputs["cu_num_draft_tokens"],
+        inputs["draft_token_ids"],
+        inputs["draft_probs"],
+        target_probs,
+        inputs["q"],
+        inputs["vocab_size"],
+        IS_NGRAM=inputs["draft_probs"] is None,
+    )
     assert torch.equal(target_probs, inputs["target_probs"])  # restored / untouched
     return output
 
@@ -188,10 +221,20 @@ def run_random_sample(function, inputs: dict, recovered: torch.Tensor) -> torch.
     batch_size = len(inputs["num_draft_tokens"])
     output = torch.full((batch_size, inputs["max_spec_len"] + 1), -1, dtype=torch.int32)
     output[inputs["is_greedy"], 0] = 77  # greedy rows must stay as they are
-    function(output, inputs["cu_num_draft_tokens"], inputs["draft_token_ids"], inputs["draft_probs"],
-             inputs["target_probs"], inputs["bonus_token_ids"], recovered, inputs["uniform_probs"],
-             inputs["is_greedy"], inputs["max_spec_len"], inputs["vocab_size"],
-             IS_NGRAM=inputs["draft_probs"] is None)
+    function(
+        output,
+        inputs["cu_num_draft_tokens"],
+        inputs["draft_token_ids"],
+        inputs["draft_probs"],
+        inputs["target_probs"],
+        inputs["bonus_token_ids"],
+        recovered,
+        inputs["uniform_probs"],
+        inputs["is_greedy"],
+        inputs["max_spec_len"],
+        inputs["vocab_size"],
+        IS_NGRAM=inputs["draft_probs"] is None,
+    )
     return output
 
 
@@ -210,14 +253,16 @@ def test_wrappers_match_0_11_0_loops_token_for_token(ascend_loops: dict, with_dr
     assert (ours[~inputs["is_greedy"]] != 77).all()
 
 
-@pytest.mark.parametrize("values", [torch.tensor([0.7, -1.0, 1.3, -1.0]), torch.tensor([5, 0, 9, 2])],
-                         ids=["temperature", "top-k"])
+@pytest.mark.parametrize(
+    "values", [torch.tensor([0.7, -1.0, 1.3, -1.0]), torch.tensor([5, 0, 9, 2])], ids=["temperature", "top-k"]
+)
 def test_expand_matches_0_11_0_loop(ascend_loops: dict, values: torch.Tensor) -> None:
     cu_num_tokens = torch.tensor([2, 2, 5, 6])
     for replace_from, replace_to in [(-1, 1), (0, 0)]:
         expected, ours = values.new_empty(6), values.new_empty(6)
-        ascend_loops["expand_pytorch"](expected, values, cu_num_tokens, replace_from, replace_to,
-                                       MAX_NUM_TOKENS=ascend_loops["MAX_SPEC_LEN"])
+        ascend_loops["expand_pytorch"](
+            expected, values, cu_num_tokens, replace_from, replace_to, MAX_NUM_TOKENS=ascend_loops["MAX_SPEC_LEN"]
+        )
         patch.expand_pytorch_vectorised(ours, values, cu_num_tokens, replace_from, replace_to, 32)
         assert torch.equal(ours, expected)
 
@@ -253,8 +298,9 @@ def import_fake_ascend(root: Path, sampler_module_source: str, version: str):
         sys.path.remove(str(root))
 
 
-def test_apply_patches_0_11_0(tmp_path: Path, sampler_source: str, sampler_tree: ast.Module,
-                              caplog: pytest.LogCaptureFixture) -> None:
+def test_apply_patches_0_11_0(
+    tmp_path: Path, sampler_source: str, sampler_tree: ast.Module, caplog: pytest.LogCaptureFixture
+) -> None:
     module = import_fake_ascend(tmp_path, loop_functions_source(sampler_source, sampler_tree), ASCEND_VERSION)
     originals = {name: getattr(module, name) for name in patch.REPLACEMENTS}
     with caplog.at_level(logging.INFO, logger=patch.__name__):
@@ -274,7 +320,7 @@ def test_apply_patches_0_11_0(tmp_path: Path, sampler_source: str, sampler_tree:
     assert all(getattr(module, name) is replacement for name, replacement in patch.REPLACEMENTS.items())
 
 
-VECTORISED_STAND_IN = '''
+VECTORISED_STAND_IN = """
 import torch
 
 def expand_pytorch(output_ptr, input_ptr, cu_num_tokens_ptr, replace_from, replace_to, MAX_NUM_TOKENS):
@@ -289,7 +335,7 @@ def rejection_random_sample_pytorch(output_token_ids, cu_num_draft_tokens, draft
                                     target_probs, bonus_token_ids, recovered_token_ids, uniform_probs,
                                     is_greedy, max_spec_len, vocab_size, IS_NGRAM=False):
     output_token_ids[:] = -1
-'''
+"""
 
 
 def test_apply_leaves_vectorised_release_alone(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

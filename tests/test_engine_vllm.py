@@ -61,7 +61,11 @@ def load_problems(n: int) -> list[str]:
 
 def spec_kw(**settings) -> dict:
     return dict(
-        speculative_config={"method": "custom_class", "model": "rollout.proposer.SamProposer", "num_speculative_tokens": K},
+        speculative_config={
+            "method": "custom_class",
+            "model": "rollout.proposer.SamProposer",
+            "num_speculative_tokens": K,
+        },
         additional_config={"sam_spec": settings},
     )
 
@@ -70,8 +74,6 @@ def sam_metrics(llm) -> dict:
     (m,) = llm.collective_rpc("sam_spec_metrics")
     assert m is not None, "the SAM proposer is not the engine's drafter"
     return m
-
-
 
 
 @pytest.fixture(scope="module", autouse=True)

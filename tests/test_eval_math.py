@@ -119,8 +119,10 @@ def test_false_positive_rate_is_alpha():
     """Arms drawn from the same per-problem accuracies: 'changed' in about alpha of the trials."""
     rng = np.random.default_rng(12)
     p = rng.uniform(0.0, 0.4, 30)  # AIME-like: 30 problems, mostly hard
-    verdicts = [paired_difference(rng.random((30, 8)) < p[:, None], rng.random((30, 8)) < p[:, None])["verdict"]
-                for _ in range(400)]
+    verdicts = [
+        paired_difference(rng.random((30, 8)) < p[:, None], rng.random((30, 8)) < p[:, None])["verdict"]
+        for _ in range(400)
+    ]
     assert 0.02 <= verdicts.count(CHANGED) / 400 <= 0.09
 
 
@@ -129,8 +131,9 @@ def test_permutation_test_exact_small_case():
     assert stratified_permutation_test([[0, 0]], [[1, 1]]) == pytest.approx(1 / 3, abs=0.02)
     assert stratified_permutation_test([[5.0, 5.0]] * 3, [[5.0, 5.0]] * 3) == 1.0  # nothing moves
     rng = np.random.default_rng(13)
-    shifted = stratified_permutation_test([rng.normal(0, 1, 4) for _ in range(30)],
-                                          [rng.normal(-1, 1, 4) for _ in range(30)])
+    shifted = stratified_permutation_test(
+        [rng.normal(0, 1, 4) for _ in range(30)], [rng.normal(-1, 1, 4) for _ in range(30)]
+    )
     assert shifted < 0.001
 
 
@@ -164,7 +167,7 @@ def test_arm_interval():
     zeros = np.zeros((4, 2), dtype=bool)
     s = arm_summary(zeros)
     assert s["pass_at_1"] == 0 and s["design_effect"] == 2  # all equal: one observation per problem
-    assert s["ci"][0] == 0 and s["ci"][1] == pytest.approx(1.96 ** 2 / (4 + 1.96 ** 2), abs=1e-3)
+    assert s["ci"][0] == 0 and s["ci"][1] == pytest.approx(1.96**2 / (4 + 1.96**2), abs=1e-3)
     mixed = outcomes(np.linspace(0.1, 0.9, 50), 4, seed=8)
     m = arm_summary(mixed)
     assert m["ci"][0] < m["pass_at_1"] < m["ci"][1]
@@ -207,8 +210,12 @@ def test_shared_datasets_load():
 
 def test_gsm8k_layouts(tmp_path):
     jl = tmp_path / "gsm8k.jsonl"
-    jl.write_text(json.dumps({"question": "Tom has 1,000 apples and buys 234 more. How many?",
-                              "answer": "1000 + 234 = 1234\n#### 1,234"}) + "\n")
+    jl.write_text(
+        json.dumps(
+            {"question": "Tom has 1,000 apples and buys 234 more. How many?", "answer": "1000 + 234 = 1234\n#### 1,234"}
+        )
+        + "\n"
+    )
     (p,) = em.load_problems("gsm8k", jl)
     assert p.answer == "1234" and p.question.startswith("Tom")
     assert builtin_score("Answer: 1,234", p.answer).correct
@@ -259,8 +266,9 @@ def test_small_runs_claim_no_verdict():
 
 
 def _arm(label, texts, tokens, seconds, counters, logprob_sums=None):
-    return em.ArmRun(label, texts, tokens, [["stop"] * len(r) for r in texts], seconds, counters, None, None,
-                     logprob_sums)
+    return em.ArmRun(
+        label, texts, tokens, [["stop"] * len(r) for r in texts], seconds, counters, None, None, logprob_sums
+    )
 
 
 def _lp_arm(mean_logprob_per_problem, seed):
@@ -282,13 +290,22 @@ def test_logprob_check_both_directions():
 
 def test_report_and_plot(tmp_path):
     problems = [em.Problem("aime2024", str(i), "q", str(i)) for i in range(3)] + [em.Problem("gsm8k", "g", "q", "9")]
-    off = _arm("off", [["Answer: 0", "Answer: 1"], ["Answer: 1", "x"], ["Answer: 2", "Answer: 2"], ["Answer: 9"] * 2],
-               [[[1, 2], [3]], [[4], [5]], [[6], [7]], [[8], [9]]], 2.0, {},
-               [[-2.0, -1.0], [-1.0, -1.0], [-1.0, -1.0], [-1.0, -1.0]])
-    on = _arm("on", [["Answer: 0", "x"], ["Answer: 1", "x"], ["Answer: 2", "Answer: 2"], ["Answer: 9"] * 2],
-              [[[1, 2], [0]], [[4], [5]], [[6], [7]], [[8], [9]]], 1.0,
-              {"num_drafts": 10, "num_draft_tokens": 30, "num_accepted_tokens": 5},
-              [[-2.0, -3.0], [-1.0, -1.0], [-1.0, -1.0], [-1.0, -1.0]])
+    off = _arm(
+        "off",
+        [["Answer: 0", "Answer: 1"], ["Answer: 1", "x"], ["Answer: 2", "Answer: 2"], ["Answer: 9"] * 2],
+        [[[1, 2], [3]], [[4], [5]], [[6], [7]], [[8], [9]]],
+        2.0,
+        {},
+        [[-2.0, -1.0], [-1.0, -1.0], [-1.0, -1.0], [-1.0, -1.0]],
+    )
+    on = _arm(
+        "on",
+        [["Answer: 0", "x"], ["Answer: 1", "x"], ["Answer: 2", "Answer: 2"], ["Answer: 9"] * 2],
+        [[[1, 2], [0]], [[4], [5]], [[6], [7]], [[8], [9]]],
+        1.0,
+        {"num_drafts": 10, "num_draft_tokens": 30, "num_accepted_tokens": 5},
+        [[-2.0, -3.0], [-1.0, -1.0], [-1.0, -1.0], [-1.0, -1.0]],
+    )
     r = em.build_report(problems, off, on, builtin_score, 0.05)
     assert r["accuracy"]["all"]["off"]["pass_at_1"] == pytest.approx((0.5 + 0.5 + 1 + 1) / 4)
     assert r["accuracy"]["all"]["on"]["pass_at_1"] == pytest.approx((0.5 + 0.5 + 1 + 1) / 4)
@@ -312,18 +329,22 @@ def test_report_and_plot(tmp_path):
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--model", "/no/such/model"], "no such folder"),
-    (["--datasets", "gsm8k"], "give its file"),
-    (["--datasets", "gsm8k", "--gsm8k", "/no/such/gsm8k.jsonl"], "dataset file not found"),
-    (["--datasets", "gsm8k", "--gsm8k", "{empty}"], "no gsm8k problems"),
-    (["--datasets", "gsm8k", "--gsm8k", "{one}"], "at least 2"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--model", "/no/such/model"], "no such folder"),
+        (["--datasets", "gsm8k"], "give its file"),
+        (["--datasets", "gsm8k", "--gsm8k", "/no/such/gsm8k.jsonl"], "dataset file not found"),
+        (["--datasets", "gsm8k", "--gsm8k", "{empty}"], "no gsm8k problems"),
+        (["--datasets", "gsm8k", "--gsm8k", "{one}"], "at least 2"),
+    ],
+)
 def test_cli_errors(args, message, tmp_path):
     (tmp_path / "empty.jsonl").write_text("")
     (tmp_path / "one.jsonl").write_text(json.dumps({"question": "1+1?", "answer": "#### 2"}) + "\n")
     args = [a.format(empty=tmp_path / "empty.jsonl", one=tmp_path / "one.jsonl") for a in args]
-    r = subprocess.run([sys.executable, str(REPO / "scripts" / "eval_math.py"), *args],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "eval_math.py"), *args], capture_output=True, text=True, timeout=120
+    )
     assert r.returncode != 0
     assert message in r.stderr, r.stderr[-2000:]

@@ -21,10 +21,14 @@ pytestmark = pytest.mark.engine
 REPO = Path(__file__).resolve().parents[1]
 N, MAX_TOKENS = 2, 96
 GSM8K_STYLE = [  # written for this test, in GSM8K's layout
-    {"question": "Anna has 3 boxes with 4 pens in each box. She gives away 5 pens. How many pens are left?",
-     "answer": "3 * 4 = 12 pens. 12 - 5 = 7.\n#### 7"},
-    {"question": "A shop sells 1,200 cups a day. How many cups does it sell in 3 days?",
-     "answer": "1200 * 3 = 3600\n#### 3,600"},
+    {
+        "question": "Anna has 3 boxes with 4 pens in each box. She gives away 5 pens. How many pens are left?",
+        "answer": "3 * 4 = 12 pens. 12 - 5 = 7.\n#### 7",
+    },
+    {
+        "question": "A shop sells 1,200 cups a day. How many cups does it sell in 3 days?",
+        "answer": "1200 * 3 = 3600\n#### 3,600",
+    },
 ]
 
 
@@ -41,9 +45,25 @@ def smoke(tmp_path_factory):
     gsm8k = tmp / "gsm8k.jsonl"
     gsm8k.write_text("".join(json.dumps(r) + "\n" for r in GSM8K_STYLE))
     out = tmp / "smoke"
-    cmd = [sys.executable, str(REPO / "scripts" / "eval_math.py"), "--datasets", "math500", "gsm8k",
-           "--gsm8k", str(gsm8k), "--limit", "2", "--n", str(N), "--max-tokens", str(MAX_TOKENS),
-           "--scorer", "builtin", "--out", str(out)]
+    cmd = [
+        sys.executable,
+        str(REPO / "scripts" / "eval_math.py"),
+        "--datasets",
+        "math500",
+        "gsm8k",
+        "--gsm8k",
+        str(gsm8k),
+        "--limit",
+        "2",
+        "--n",
+        str(N),
+        "--max-tokens",
+        str(MAX_TOKENS),
+        "--scorer",
+        "builtin",
+        "--out",
+        str(out),
+    ]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=REPO)
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
     print(r.stdout[-3000:])
@@ -58,8 +78,15 @@ def test_both_arms_ran_the_same_problems(smoke):
     for p in problems:
         assert len(p["off"]) == len(p["on"]) == N
     setup = report["setup"]
-    assert setup["sampling"] == {"n": N, "temperature": 0.6, "top_p": 1.0, "top_k": -1, "max_tokens": MAX_TOKENS,
-                                 "engine_seed": 0, "per_request_seed": None}
+    assert setup["sampling"] == {
+        "n": N,
+        "temperature": 0.6,
+        "top_p": 1.0,
+        "top_k": -1,
+        "max_tokens": MAX_TOKENS,
+        "engine_seed": 0,
+        "per_request_seed": None,
+    }
     assert setup["dtype"] == "float32" and setup["scorer"].startswith("builtin")
 
 

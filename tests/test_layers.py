@@ -124,9 +124,11 @@ def test_each_room_imports_only_its_layer(room, forbidden):
 def test_plugin_is_the_only_module_that_wires_engine_rooms():
     wiring = []
     for name, path in module_files().items():
-        rooms = {room for room in ("rollout.vllm", "rollout.ascend", "rollout.verl")
-                 if any(_under(t, room) for t in imported_names(name, path))
-                 and not _under(name, room)}
+        rooms = {
+            room
+            for room in ("rollout.vllm", "rollout.ascend", "rollout.verl")
+            if any(_under(t, room) for t in imported_names(name, path)) and not _under(name, room)
+        }
         if len(rooms) > 1:
             wiring.append(name)
     assert wiring == ["rollout.plugin"]

@@ -145,7 +145,9 @@ class TwoPositionScenario:
         return (self.p1.unsqueeze(1) * self.p2).numpy()
 
 
-def move_mass(tokens: np.ndarray, from_token: int, to_token: int, mass: float, from_prob: float, seed: int) -> np.ndarray:
+def move_mass(
+    tokens: np.ndarray, from_token: int, to_token: int, mass: float, from_prob: float, seed: int
+) -> np.ndarray:
     """Relabel ``from_token`` as ``to_token`` with probability ``mass / from_prob``: moves ``mass`` of probability."""
     rng = np.random.default_rng(seed)
     moved = (tokens == from_token) & (rng.random(tokens.shape) < mass / from_prob)
@@ -159,9 +161,7 @@ def move_mass(tokens: np.ndarray, from_token: int, to_token: int, mass: float, f
 
 @pytest.mark.slow
 @pytest.mark.parametrize("sampler_name", SAMPLERS)
-@pytest.mark.parametrize(
-    ("with_draft_probs", "vocab_size"), [(True, 6), (False, 8)], ids=["draft-probs", "point-mass"]
-)
+@pytest.mark.parametrize(("with_draft_probs", "vocab_size"), [(True, 6), (False, 8)], ids=["draft-probs", "point-mass"])
 def test_first_two_tokens_follow_target(sampler_name: str, with_draft_probs: bool, vocab_size: int) -> None:
     torch.manual_seed(1234)
     scenario = TwoPositionScenario.build(NUM_DRAWS, vocab_size, with_draft_probs, seed=vocab_size)
@@ -249,8 +249,14 @@ def test_temperature_top_k_top_p_define_the_target(sampler_name: str) -> None:
 # ---------------------------------------------------------------------------
 
 
-def random_batch(generator: torch.Generator, batch_size: int, vocab_size: int, max_spec_len: int,
-                 with_draft_probs: bool, with_top_k_top_p: bool) -> dict:
+def random_batch(
+    generator: torch.Generator,
+    batch_size: int,
+    vocab_size: int,
+    max_spec_len: int,
+    with_draft_probs: bool,
+    with_top_k_top_p: bool,
+) -> dict:
     """A mixed batch: greedy and random requests, zero-draft requests, peaked targets."""
     num_draft_tokens = torch.randint(0, max_spec_len + 1, (batch_size,), generator=generator).tolist()
     num_tokens = sum(num_draft_tokens)
@@ -291,8 +297,14 @@ def pre_drawn_randoms(generator: torch.Generator, batch: dict) -> dict:
 def test_implementations_agree_token_for_token(with_draft_probs: bool, with_top_k_top_p: bool) -> None:
     generator = torch.Generator().manual_seed(2024)
     for trial in range(40):
-        batch = random_batch(generator, batch_size=trial % 9, vocab_size=11, max_spec_len=4,
-                             with_draft_probs=with_draft_probs, with_top_k_top_p=with_top_k_top_p)
+        batch = random_batch(
+            generator,
+            batch_size=trial % 9,
+            vocab_size=11,
+            max_spec_len=4,
+            with_draft_probs=with_draft_probs,
+            with_top_k_top_p=with_top_k_top_p,
+        )
         randoms = pre_drawn_randoms(generator, batch)
         vectorised = rejection_sample(**batch, **randoms)
         loop = rejection_sample_reference(**batch, **randoms)
@@ -303,8 +315,14 @@ def test_implementations_agree_token_for_token(with_draft_probs: bool, with_top_
 def test_implementations_agree_with_seeded_generators() -> None:
     generator = torch.Generator().manual_seed(5)
     for trial in range(20):
-        batch = random_batch(generator, batch_size=6, vocab_size=13, max_spec_len=3,
-                             with_draft_probs=trial % 2 == 1, with_top_k_top_p=False)
+        batch = random_batch(
+            generator,
+            batch_size=6,
+            vocab_size=13,
+            max_spec_len=3,
+            with_draft_probs=trial % 2 == 1,
+            with_top_k_top_p=False,
+        )
         seeds = {request: 100 * trial + request for request in range(0, 6, 2)}
         outputs = [
             sampler(**batch, generators={r: torch.Generator().manual_seed(s) for r, s in seeds.items()})
@@ -349,8 +367,12 @@ def test_greedy_is_argmax_chain_then_target_argmax() -> None:
 def test_seeded_request_is_independent_of_batch(sampler_name: str) -> None:
     sampler = SAMPLERS[sampler_name]
     generator = torch.Generator().manual_seed(77)
-    steps = [random_batch(generator, batch_size=5, vocab_size=50, max_spec_len=3,
-                          with_draft_probs=False, with_top_k_top_p=True) for _ in range(4)]
+    steps = [
+        random_batch(
+            generator, batch_size=5, vocab_size=50, max_spec_len=3, with_draft_probs=False, with_top_k_top_p=True
+        )
+        for _ in range(4)
+    ]
     tracked = 3  # a request in each step's batch, forced to be random with drafts
     for step in steps:
         step["temperature"][tracked] = 0.9
@@ -391,8 +413,9 @@ def select_request(batch: dict, request: int) -> dict:
 # ---------------------------------------------------------------------------
 
 
-def single_shape_batch(num_requests: int, num_drafts: int, logits: torch.Tensor, drafts: torch.Tensor,
-                       temperature: float, **extra) -> dict:
+def single_shape_batch(
+    num_requests: int, num_drafts: int, logits: torch.Tensor, drafts: torch.Tensor, temperature: float, **extra
+) -> dict:
     num_draft_tokens = [num_drafts] * num_requests
     return dict(
         draft_token_ids=drafts.to(torch.int32),
@@ -444,15 +467,23 @@ def test_all_drafts_accepted_appends_bonus(sampler: Sampler, with_draft_probs: b
 
 
 @pytest.mark.parametrize("sampler", SAMPLERS.values(), ids=SAMPLERS.keys())
-@pytest.mark.parametrize(("temperature", "top_k"), [(1.0, 1), (1e-3, None), (1e-6, None)],
-                         ids=["top-k-1", "temperature-1e-3", "temperature-1e-6"])
+@pytest.mark.parametrize(
+    ("temperature", "top_k"),
+    [(1.0, 1), (1e-3, None), (1e-6, None)],
+    ids=["top-k-1", "temperature-1e-3", "temperature-1e-6"],
+)
 def test_near_deterministic_targets_match_greedy(sampler: Sampler, temperature: float, top_k: int | None) -> None:
     num_requests, num_drafts, vocab_size = 32, 3, 12
     generator = torch.Generator().manual_seed(3)
     # Distinct logits (gaps >= 0.1) so the tempered target is one-hot in float32.
-    logits = torch.stack([torch.randperm(vocab_size, generator=generator) * 0.1 for _ in range(num_requests * num_drafts)])
-    drafts = torch.where(torch.rand(len(logits), generator=generator) < 0.6, logits.argmax(1),
-                         torch.randint(0, vocab_size, (len(logits),), generator=generator))
+    logits = torch.stack(
+        [torch.randperm(vocab_size, generator=generator) * 0.1 for _ in range(num_requests * num_drafts)]
+    )
+    drafts = torch.where(
+        torch.rand(len(logits), generator=generator) < 0.6,
+        logits.argmax(1),
+        torch.randint(0, vocab_size, (len(logits),), generator=generator),
+    )
     extra = {} if top_k is None else {"top_k": torch.full((num_requests,), top_k)}
     greedy = sampler(**single_shape_batch(num_requests, num_drafts, logits, drafts, 0.0))
     output = sampler(**single_shape_batch(num_requests, num_drafts, logits, drafts, temperature, **extra))
@@ -515,6 +546,10 @@ def test_recovered_tokens_for_every_position() -> None:
 def test_module_is_free_of_vllm_and_verl() -> None:
     for module in ("rejection.py", "rejection_reference.py"):
         tree = ast.parse((Path(__file__).parents[1] / "sam" / module).read_text())
-        imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
-        imported |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+        imported = {
+            alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names
+        }
+        imported |= {
+            node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module
+        }
         assert not imported & {"vllm", "vllm_ascend", "verl"}

@@ -134,8 +134,12 @@ def test_drafts_of_a_step_do_not_depend_on_order():
 # ---------------------------------------------------------------- bad input ------------------------
 @pytest.mark.parametrize(
     "tokens, message",
-    [([1, -2], "negative token id"), ([1.5], "integer token ids"), (np.ones((2, 2), dtype=np.int32), "1-D"),
-     ([2**40], "too large")],
+    [
+        ([1, -2], "negative token id"),
+        ([1.5], "integer token ids"),
+        (np.ones((2, 2), dtype=np.int32), "1-D"),
+        ([2**40], "too large"),
+    ],
 )
 def test_bad_tokens_are_refused_without_damage(tokens, message):
     drafter = BatchDrafter(DraftConfig())

@@ -142,7 +142,7 @@ def test_sync_from_rows_equals_extend():
         by_sync.start(i, rows[i, :20])
         by_extend.start(i, rows[i, :20])
     lengths = np.full(4, 20)
-    for step in range(60):
+    for _ in range(60):
         grow = rng.integers(1, 5, size=4)
         by_extend.extend(range(4), np.concatenate([rows[i, lengths[i] : lengths[i] + grow[i]] for i in range(4)]), grow)
         lengths += grow

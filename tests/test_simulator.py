@@ -120,8 +120,12 @@ def test_slowest_replica_sets_the_wall_time():
 
 
 def _write_profile(path, tokens, drafted, steps, edges=(0, 128, 512)):
-    data = {"k": 3, "trace_set": "synthetic", "bin_edges": list(edges),
-            "methods": {"sam_group_history": {"tokens_per_step": tokens, "drafted_per_step": drafted, "steps": steps}}}
+    data = {
+        "k": 3,
+        "trace_set": "synthetic",
+        "bin_edges": list(edges),
+        "methods": {"sam_group_history": {"tokens_per_step": tokens, "drafted_per_step": drafted, "steps": steps}},
+    }
     path.write_text(json.dumps(data))
     return path
 
@@ -164,8 +168,12 @@ def test_real_acceptance_file_when_present():
 
 
 def _rows(fn, batches=(1, 4, 16), qs=(1, 2, 4, 5), ctxs=(2048, 8192)):
-    return [dict(device="synthetic", ctx=c, batch=b, q=q, masked=0, ms_per_step_64_layers=fn(b, q, c))
-            for b in batches for q in qs for c in ctxs]
+    return [
+        dict(device="synthetic", ctx=c, batch=b, q=q, masked=0, ms_per_step_64_layers=fn(b, q, c))
+        for b in batches
+        for q in qs
+        for c in ctxs
+    ]
 
 
 def test_table_cost_is_exact_on_a_linear_model_and_extrapolates_context():
@@ -210,8 +218,9 @@ def test_scaled_verification_and_moe_cost_shapes():
     assert moe(64, 4, 1000) / moe(64, 1, 1000) < 1.02  # 126 of 128 experts read already at q=1
     corr = MoeRooflineCost(rates, tp=1, correlation=1.0)
     assert corr(8, 4, 1000) == pytest.approx(corr(8, 1, 1000))
-    f = dense_step_features({"layers": 2, "hidden": 8, "heads": 2, "kv_heads": 1, "head_dim": 4,
-                             "intermediate": 16, "vocab": 10}, 1, 1, 0)
+    f = dense_step_features(
+        {"layers": 2, "hidden": 8, "heads": 2, "kv_heads": 1, "head_dim": 4, "intermediate": 16, "vocab": 10}, 1, 1, 0
+    )
     assert f[0] == 1.0 and f[2] == 0.0
 
 
@@ -220,8 +229,25 @@ def test_scaled_verification_and_moe_cost_shapes():
 
 def test_profile_script_runs_on_cpu_tiny_shapes(tmp_path):
     out = tmp_path / "profile.csv"
-    cmd = [sys.executable, str(ROOT / "scripts/profile_step_cost.py"), "--device", "cpu", "--layers", "1",
-           "--batches", "1,2", "--contexts", "256", "--qs", "1,4", "--tiny", "--repeats", "2", "--out", str(out)]
+    cmd = [
+        sys.executable,
+        str(ROOT / "scripts/profile_step_cost.py"),
+        "--device",
+        "cpu",
+        "--layers",
+        "1",
+        "--batches",
+        "1,2",
+        "--contexts",
+        "256",
+        "--qs",
+        "1,4",
+        "--tiny",
+        "--repeats",
+        "2",
+        "--out",
+        str(out),
+    ]
     subprocess.run(cmd, check=True, timeout=300, cwd=ROOT, capture_output=True)
     rows = list(csv.DictReader(out.open()))
     assert {r["batch"] for r in rows} == {"1", "2"} and {r["q"] for r in rows} == {"1", "4"}
@@ -241,8 +267,9 @@ def test_fixed_draft_proposer_verifies_exactly_q_tokens():
 
     from benchmarks.engine_cost import DRAFT_TOKEN, FixedDraftProposer
 
-    cfg = SimpleNamespace(speculative_config=SimpleNamespace(num_speculative_tokens=3),
-                          model_config=SimpleNamespace(max_model_len=10))
+    cfg = SimpleNamespace(
+        speculative_config=SimpleNamespace(num_speculative_tokens=3), model_config=SimpleNamespace(max_model_len=10)
+    )
     p = FixedDraftProposer(cfg)
     out = p.propose([[5], [], [7]], np.array([4, 3, 8]), None)
     assert out == [[DRAFT_TOKEN] * 3, [], [DRAFT_TOKEN] * 2]  # row 2 has room for 2 only

@@ -153,6 +153,7 @@ def test_distinct_experts_formula_against_monte_carlo(B, q, rho):
 
 # ------------------------------------------------------------------------ rollout wiring
 
+
 def test_settings_schedule_is_validated_with_a_clear_error():
     S = SamSettings
     s = S.from_mapping(3, {"schedule": [[4, 3], [16, 1]], "threshold": None})

@@ -12,16 +12,24 @@ from benchmarks.data import TraceGroup
 from benchmarks.traces import FORMAT, SampledGroup, TraceFileError, load_trace_file, read_traces, write_traces
 
 FIXTURE = Path(__file__).resolve().parents[1] / "benchmarks" / "fixtures" / "smollm2_dapo_T1.0_n8.npz"
-SETTINGS = {"model": "tiny", "dtype": "bfloat16", "engine": "vllm 0.0", "seed": 7, "date": "2026-11-30",
-            "vocab_size": 50000}
+SETTINGS = {
+    "model": "tiny",
+    "dtype": "bfloat16",
+    "engine": "vllm 0.0",
+    "seed": 7,
+    "date": "2026-11-30",
+    "vocab_size": 50000,
+}
 
 
 def sample_groups(vocab=50000) -> list[SampledGroup]:
     rng = np.random.default_rng(0)
     ids = lambda n: rng.integers(0, vocab, size=n)  # noqa: E731
     # written out of prompt order, as groups finish in an engine; one empty response
-    return [SampledGroup(5, ids(7), [ids(3), ids(0)], ["stop", "length"]),
-            SampledGroup(2, ids(4), [ids(9), ids(1), ids(2)], ["length", "stop", "stop"])]
+    return [
+        SampledGroup(5, ids(7), [ids(3), ids(0)], ["stop", "length"]),
+        SampledGroup(2, ids(4), [ids(9), ids(1), ids(2)], ["length", "stop", "stop"]),
+    ]
 
 
 def test_round_trip_keeps_tokens_order_and_settings(tmp_path):
@@ -58,11 +66,14 @@ def test_writer_refuses_ids_outside_the_vocabulary_and_missing_vocab_size(tmp_pa
     assert not (tmp_path / "t.npz").exists()
 
 
-@pytest.mark.parametrize("make, message", [
-    (lambda p: None, "no such trace file"),
-    (lambda p: p.write_text("not a zip"), "not a readable"),
-    (lambda p: np.savez(p, x=np.arange(3)), "missing"),
-])
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda p: None, "no such trace file"),
+        (lambda p: p.write_text("not a zip"), "not a readable"),
+        (lambda p: np.savez(p, x=np.arange(3)), "missing"),
+    ],
+)
 def test_bad_files_raise_a_clear_error(tmp_path, make, message):
     path = tmp_path / "bad.npz"
     make(path)

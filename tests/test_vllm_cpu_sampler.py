@@ -77,8 +77,10 @@ def counts(tokens: np.ndarray) -> np.ndarray:
 
 def position_p_values(out: np.ndarray) -> tuple[float, float]:
     reached = out[:, 0] == DRAFTS[0]
-    return (chi_square_p_value(counts(out[:, 0]), np.append(target(0), 0.0)),
-            chi_square_p_value(counts(out[reached, 1]), np.append(target(1), 0.0)))
+    return (
+        chi_square_p_value(counts(out[:, 0]), np.append(target(0), 0.0)),
+        chi_square_p_value(counts(out[reached, 1]), np.append(target(1), 0.0)),
+    )
 
 
 def test_with_the_plugin_every_position_follows_its_target():

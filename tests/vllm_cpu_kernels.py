@@ -34,8 +34,9 @@ def run_with_cpu_kernels(snippet: str, *args: str, env: dict | None = None, time
     full_env = dict(os.environ if env is None else env)
     full_env["PYTHONPATH"] = os.pathsep.join([str(REPO), full_env.get("PYTHONPATH", "")])
     code = BIND_CPU_KERNELS + textwrap.dedent(snippet)
-    r = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=timeout,
-                       env=full_env, cwd=REPO)
+    r = subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=timeout, env=full_env, cwd=REPO
+    )
     assert r.returncode == 0, f"exit {r.returncode}: {r.stderr[-3000:]}"
     (line,) = [x for x in r.stdout.splitlines() if x.startswith("RESULT ")]
     return json.loads(line.removeprefix("RESULT "))

@@ -218,9 +218,7 @@ def apply() -> bool:
             in_place.append(name)
             continue
         if not callable(original) or parameter_names(original) != parameter_names(replacement):
-            logger.warning(
-                "vllm-ascend %s: %s has an unexpected signature; left alone", version, name
-            )
+            logger.warning("vllm-ascend %s: %s has an unexpected signature; left alone", version, name)
             continue
         if needs_replacement(original, version):
             setattr(module, name, replacement)
@@ -230,7 +228,8 @@ def apply() -> bool:
     if replaced_now:
         logger.info(
             "vllm-ascend %s: replaced Python-loop rejection-sampler helpers with vectorised ones: %s",
-            version, ", ".join(replaced_now),
+            version,
+            ", ".join(replaced_now),
         )
     elif not in_place:
         logger.info(

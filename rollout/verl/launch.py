@@ -144,9 +144,15 @@ REQUIRED = ("actor_rollout_ref.model.path", "data.train_files", "data.val_files"
 def check_required(cfg) -> None:
     from omegaconf import OmegaConf
 
-    missing = [key for key in REQUIRED if OmegaConf.is_missing(OmegaConf.select(cfg, key.rsplit(".", 1)[0]), key.rsplit(".", 1)[1])]
+    missing = [
+        key
+        for key in REQUIRED
+        if OmegaConf.is_missing(OmegaConf.select(cfg, key.rsplit(".", 1)[0]), key.rsplit(".", 1)[1])
+    ]
     if missing:
-        raise RecipeError(f"missing values: {missing} (the run scripts set them from MODEL_PATH, TRAIN_FILE, TEST_FILE)")
+        raise RecipeError(
+            f"missing values: {missing} (the run scripts set them from MODEL_PATH, TRAIN_FILE, TEST_FILE)"
+        )
 
 
 def check_verl_schema(cfg) -> None:
@@ -249,9 +255,16 @@ def runtime_env(cfg) -> dict:
 def ray_job_command(train_cmd: Sequence[str], env: dict) -> list[str]:
     address = os.environ.get("RAY_ADDRESS", "http://127.0.0.1:8265")
     return [
-        "ray", "job", "submit", f"--address={address}", f"--runtime-env-json={json.dumps(env)}",
-        f"--working-dir={REPO}", "--no-wait", "--", *train_cmd,
-    ]  # fmt: skip
+        "ray",
+        "job",
+        "submit",
+        f"--address={address}",
+        f"--runtime-env-json={json.dumps(env)}",
+        f"--working-dir={REPO}",
+        "--no-wait",
+        "--",
+        *train_cmd,
+    ]
 
 
 def local_env(env: dict) -> dict:
@@ -270,7 +283,11 @@ def local_env(env: dict) -> dict:
 def check_entry_importable(env: dict) -> None:
     import subprocess
 
-    probe = [sys.executable, "-c", f"import importlib.util, sys; sys.exit(importlib.util.find_spec('{ENTRY_MODULE}') is None)"]
+    probe = [
+        sys.executable,
+        "-c",
+        f"import importlib.util, sys; sys.exit(importlib.util.find_spec('{ENTRY_MODULE}') is None)",
+    ]
     if subprocess.run(probe, env=env, capture_output=True).returncode != 0:
         raise RecipeError(
             f"{ENTRY_MODULE} is not importable: clone verl-recipe as <dir>/recipe and set VERL_RECIPE_PATH=<dir>"

@@ -48,8 +48,10 @@ def _decide(original) -> bool:
     if "repaired" not in _decision:
         _decision["repaired"] = not _expands_correctly(original)
         if _decision["repaired"]:
-            logger.warning("vLLM's rejection sampler mis-expands float tensors on this CPU backend; "
-                           "using a pure-torch expand_batch_to_tokens (rollout/vllm/cpu_sampler_fix.py)")
+            logger.warning(
+                "vLLM's rejection sampler mis-expands float tensors on this CPU backend; "
+                "using a pure-torch expand_batch_to_tokens (rollout/vllm/cpu_sampler_fix.py)"
+            )
     return _decision["repaired"]
 
 

@@ -13,12 +13,34 @@ from benchmarks.math_answers import builtin_score, get_scorer  # noqa: E402
 
 
 def _random_responses(count: int, seed: int):
-    frags = ["Answer:", "answer :", "\\boxed{", "}", "{", "$", "=", "1", "2", ",", "\\frac", "12", " ", "\n",
-             "\\text{cm}", "x", "\\sqrt", "3", ".", "^\\circ"]
+    frags = [
+        "Answer:",
+        "answer :",
+        "\\boxed{",
+        "}",
+        "{",
+        "$",
+        "=",
+        "1",
+        "2",
+        ",",
+        "\\frac",
+        "12",
+        " ",
+        "\n",
+        "\\text{cm}",
+        "x",
+        "\\sqrt",
+        "3",
+        ".",
+        "^\\circ",
+    ]
     rng = random.Random(seed)
     for _ in range(count):
-        yield ("".join(rng.choice(frags) for _ in range(rng.randint(0, 40))),
-               "".join(rng.choice(frags[6:]) for _ in range(rng.randint(1, 4))))
+        yield (
+            "".join(rng.choice(frags) for _ in range(rng.randint(0, 40))),
+            "".join(rng.choice(frags[6:]) for _ in range(rng.randint(1, 4))),
+        )
 
 
 def test_builtin_scorer_matches_verl():

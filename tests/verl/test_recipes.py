@@ -74,8 +74,14 @@ def test_32b_published_response_length(inputs):
 
 
 def test_overrides_reach_the_engine_kwargs(inputs):
-    cfg = resolved("dapo_qwen3_32b", "dapo_qwen3_32b", inputs,
-                   "sam.threshold=4", "sam.num_speculative_tokens=4", "sam.group_aware=false")  # fmt: skip
+    cfg = resolved(
+        "dapo_qwen3_32b",
+        "dapo_qwen3_32b",
+        inputs,
+        "sam.threshold=4",
+        "sam.num_speculative_tokens=4",
+        "sam.group_aware=false",
+    )
     vllm = cfg.actor_rollout_ref.rollout.engine_kwargs.vllm
     assert vllm.speculative_config.num_speculative_tokens == 4
     assert vllm.additional_config.sam_spec.threshold == 4
@@ -96,8 +102,13 @@ def flat(tree, prefix=""):
 
 
 # what may differ between the arms: SAM itself, and the run's name (hence its log and checkpoints)
-ARM_KEYS = ("sam.", "actor_rollout_ref.rollout.engine_kwargs.vllm.", "trainer.experiment_name",
-            "actor_rollout_ref.rollout.trace.experiment_name", "trainer.default_local_dir")  # fmt: skip
+ARM_KEYS = (
+    "sam.",
+    "actor_rollout_ref.rollout.engine_kwargs.vllm.",
+    "trainer.experiment_name",
+    "actor_rollout_ref.rollout.trace.experiment_name",
+    "trainer.default_local_dir",
+)
 
 
 @pytest.mark.parametrize("recipe,name", [(p[0], p[1]) for p in PUBLISHED])

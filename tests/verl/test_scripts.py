@@ -14,8 +14,12 @@ verl_step_only()
 
 from conftest import require  # noqa: E402
 
-RUN_SCRIPTS = ["run_dapo_qwen3_32b_sam.sh", "run_dapo_qwen3_32b_baseline.sh",
-               "run_dapo_qwen3_235b_sam.sh", "run_dapo_qwen3_235b_baseline.sh"]  # fmt: skip
+RUN_SCRIPTS = [
+    "run_dapo_qwen3_32b_sam.sh",
+    "run_dapo_qwen3_32b_baseline.sh",
+    "run_dapo_qwen3_235b_sam.sh",
+    "run_dapo_qwen3_235b_baseline.sh",
+]
 OUR_SCRIPTS = [*RUN_SCRIPTS, "run_recipe.sh", "submit_ray_job.sh", "setup_verl_env.sh", "test_verl.sh"]
 
 
@@ -26,8 +30,13 @@ def env(tmp_path_factory):
 
 
 def run(script, *args, env=None, **extra_env):
-    return subprocess.run(["bash", os.path.join(REPO, "scripts", script), *args], env={**(env or os.environ), **extra_env},
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    return subprocess.run(
+        ["bash", os.path.join(REPO, "scripts", script), *args],
+        env={**(env or os.environ), **extra_env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @pytest.mark.parametrize("script", OUR_SCRIPTS)
@@ -47,8 +56,14 @@ def test_dry_run(script, env):
 
 
 def test_dry_run_with_overrides_and_the_8_node_config(env):
-    out = run("run_dapo_qwen3_32b_sam.sh", "--dry-run", "sam.threshold=2", "sam.num_speculative_tokens=5",
-              env=env, SAM_CONFIG_NAME="dapo_qwen3_32b_8node")  # fmt: skip
+    out = run(
+        "run_dapo_qwen3_32b_sam.sh",
+        "--dry-run",
+        "sam.threshold=2",
+        "sam.num_speculative_tokens=5",
+        env=env,
+        SAM_CONFIG_NAME="dapo_qwen3_32b_8node",
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert re.search(r"num_speculative_tokens: 5\n", out.stdout)
     assert re.search(r"\n\s+threshold: 2\n", out.stdout)
@@ -56,8 +71,14 @@ def test_dry_run_with_overrides_and_the_8_node_config(env):
 
 
 def test_ray_job_submission_dry_run(env):
-    out = run("submit_ray_job.sh", os.path.join(REPO, "scripts", "run_dapo_qwen3_235b_sam.sh"), "--dry-run", env=env,
-              RAY_ADDRESS="http://head:8265", VERL_RECIPE_PATH="/opt/verl-recipe")  # fmt: skip
+    out = run(
+        "submit_ray_job.sh",
+        os.path.join(REPO, "scripts", "run_dapo_qwen3_235b_sam.sh"),
+        "--dry-run",
+        env=env,
+        RAY_ADDRESS="http://head:8265",
+        VERL_RECIPE_PATH="/opt/verl-recipe",
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     command = out.stdout.split("# command:\n", 1)[1].splitlines()[0]
     assert command.startswith("ray job submit --address=http://head:8265 ")
@@ -66,13 +87,16 @@ def test_ray_job_submission_dry_run(env):
     assert '"py_modules": ["/opt/verl-recipe/recipe"]' in command
 
 
-@pytest.mark.parametrize("args,extra_env,message", [
-    ((), {"MODEL_PATH": ""}, "set MODEL_PATH"),
-    ((), {"DATA_DIR": "/nonexistent"}, "not found (prepare it with scripts/prepare_dapo_data.py)"),
-    (("sam.treshold=3",), {}, "invalid override"),
-    (("sam.threshold=-2",), {}, "threshold must be an integer >= 0"),
-    (("--dryrun",), {}, "unknown option --dryrun"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "args,extra_env,message",
+    [
+        ((), {"MODEL_PATH": ""}, "set MODEL_PATH"),
+        ((), {"DATA_DIR": "/nonexistent"}, "not found (prepare it with scripts/prepare_dapo_data.py)"),
+        (("sam.treshold=3",), {}, "invalid override"),
+        (("sam.threshold=-2",), {}, "threshold must be an integer >= 0"),
+        (("--dryrun",), {}, "unknown option --dryrun"),
+    ],
+)
 def test_early_failures(env, args, extra_env, message):
     out = run("run_dapo_qwen3_32b_sam.sh", "--dry-run", *args, env=env, **extra_env)
     assert out.returncode == 2
@@ -92,7 +116,8 @@ def test_dockerfiles_pass_hadolint():
 
 @pytest.mark.parametrize("path", DOCKERFILES)
 def test_dockerfiles_pin_base_and_packages(path):
-    text = open(path).read()
+    with open(path) as f:
+        text = f.read()
     bases = re.findall(r"^FROM\s+(\S+)", text, re.M)
     assert len(bases) == 1 and re.search(r":v\d+\.\d+\.\d+", bases[0]), bases
     for spec in re.findall(r'pip install[^\n]*?((?:"[^"]+"\s*)+)', text):

@@ -74,7 +74,7 @@ def test_verl_engine_args_run_sam_and_report_metrics():
     outputs, per_worker = asyncio.run(generate_and_read_metrics(args, str(model)))
     assert all(len(o) == 48 for o in outputs)
     for p in range(len(PROMPTS)):  # greedy siblings agree
-        assert len({tuple(o) for o in outputs[p * SIBLINGS:(p + 1) * SIBLINGS]}) == 1
+        assert len({tuple(o) for o in outputs[p * SIBLINGS : (p + 1) * SIBLINGS]}) == 1
     snapshots = [m for m in per_worker if m]
     assert len(snapshots) == 1 and snapshots[0]["num_drafts"] > 0
     metrics = SamStepTracker().step_metrics({"rollout_0": snapshots[0]})

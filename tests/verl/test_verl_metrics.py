@@ -22,10 +22,16 @@ from rollout.verl import launch, replica, tracking  # noqa: E402
 def snapshot(calls, steps, steps_on, measured, accepted, rows, drafter_ms_per_call=0.5):
     """What SamMetrics.as_dict() returns (rollout/metrics.py), the fields the tracker reads."""
     return {
-        "calls": calls, "steps": steps, "steps_on": steps_on, "drafter_seconds": drafter_ms_per_call * calls / 1e3,
-        "num_drafts": measured, "num_draft_tokens": 3 * measured, "num_measured_drafts": measured,
-        "num_accepted_tokens": accepted, "decode_row_steps": rows,
-    }  # fmt: skip
+        "calls": calls,
+        "steps": steps,
+        "steps_on": steps_on,
+        "drafter_seconds": drafter_ms_per_call * calls / 1e3,
+        "num_drafts": measured,
+        "num_draft_tokens": 3 * measured,
+        "num_measured_drafts": measured,
+        "num_accepted_tokens": accepted,
+        "decode_row_steps": rows,
+    }
 
 
 def test_step_metrics_are_differences_since_the_last_step():
@@ -58,9 +64,13 @@ def test_no_sam_engine_adds_nothing():
 
 @pytest.fixture(scope="module")
 def ray_local():
-    ray.init(num_cpus=1, include_dashboard=False, object_store_memory=80 * 2**20, log_to_driver=False,
-             runtime_env={"worker_process_setup_hook": "rollout.verl.hook.install",
-                          "env_vars": {"PYTHONPATH": REPO}})  # fmt: skip
+    ray.init(
+        num_cpus=1,
+        include_dashboard=False,
+        object_store_memory=80 * 2**20,
+        log_to_driver=False,
+        runtime_env={"worker_process_setup_hook": "rollout.verl.hook.install", "env_vars": {"PYTHONPATH": REPO}},
+    )
     yield
     ray.shutdown()
 
@@ -86,7 +96,11 @@ def hook_effects_in_a_ray_worker():
 
 
 def test_ray_worker_setup_hook_installs_the_replica_and_metrics(ray_local):
-    assert ray.get(hook_effects_in_a_ray_worker.remote(), timeout=120) == ("rollout.verl.hook", "_load_sam_replica", True)
+    assert ray.get(hook_effects_in_a_ray_worker.remote(), timeout=120) == (
+        "rollout.verl.hook",
+        "_load_sam_replica",
+        True,
+    )
 
 
 def load_ab_compare():
@@ -101,11 +115,15 @@ def test_metrics_reach_verls_file_log(ray_local, tmp_path, monkeypatch):
     log_path = tmp_path / "sam.jsonl"
     monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(log_path))
     tracking.wrap()
-    cfg = launch.compose_recipe("dapo_qwen3_32b", "dapo_qwen3_32b",
-                                     ["actor_rollout_ref.model.path=/m", "data.train_files=/t", "data.val_files=/v"])  # fmt: skip
+    cfg = launch.compose_recipe(
+        "dapo_qwen3_32b",
+        "dapo_qwen3_32b",
+        ["actor_rollout_ref.model.path=/m", "data.train_files=/t", "data.val_files=/v"],
+    )
     sam_replica = replica.SamvLLMReplica(0, cfg.actor_rollout_ref.rollout, None, gpus_per_node=16)
-    sam_replica.servers = [EngineCounters.remote([snapshot(100, 100, 40, 200, 150, 1000),
-                                              snapshot(300, 300, 140, 600, 350, 3000)])]  # fmt: skip
+    sam_replica.servers = [
+        EngineCounters.remote([snapshot(100, 100, 40, 200, 150, 1000), snapshot(300, 300, 140, 600, 350, 3000)])
+    ]
     verl_log = Tracking(project_name="sam-dapo", experiment_name="test", default_backend="file")
     verl_log.log({"val-core/aime-2024/acc/mean@1": 0.1}, step=0)
     verl_log.log({"timing_s/gen": 10.0, "critic/score/mean": 0.1}, step=1)

@@ -30,15 +30,21 @@ def test_install_registers_the_sam_replica_under_vllm():
     assert issubclass(replica.SamvLLMHttpServer, vLLMHttpServer)
 
 
-@pytest.mark.parametrize("recipe,name,threshold,k,seqs,tp", [
-    ("dapo_qwen3_32b", "dapo_qwen3_32b", 8, 3, 128, 8),
-    ("dapo_qwen3_32b", "dapo_qwen3_32b_8node", 4, 4, 256, 8),
-    ("dapo_qwen3_235b", "dapo_qwen3_235b", 8, 3, 64, 4),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "recipe,name,threshold,k,seqs,tp",
+    [
+        ("dapo_qwen3_32b", "dapo_qwen3_32b", 8, 3, 128, 8),
+        ("dapo_qwen3_32b", "dapo_qwen3_32b_8node", 4, 4, 256, 8),
+        ("dapo_qwen3_235b", "dapo_qwen3_235b", 8, 3, 64, 4),
+    ],
+)
 def test_engine_arguments_of_the_published_recipes(recipe, name, threshold, k, seqs, tp):
     args = server_args(rollout_config(recipe, name), replica_rank=2)
-    assert args.speculative_config == {"method": "custom_class", "model": "rollout.proposer.SamProposer",
-                                       "num_speculative_tokens": k}  # fmt: skip
+    assert args.speculative_config == {
+        "method": "custom_class",
+        "model": "rollout.proposer.SamProposer",
+        "num_speculative_tokens": k,
+    }
     assert args.additional_config["sam_spec"]["threshold"] == threshold
     assert (args.max_num_seqs, args.tensor_parallel_size, args.enforce_eager) == (seqs, tp, True)
     assert args.seed == 2 + 1  # verl: replica_rank + rollout.seed (ab.seed)
@@ -46,8 +52,16 @@ def test_engine_arguments_of_the_published_recipes(recipe, name, threshold, k, s
 
 
 def test_overrides_reach_vllm():
-    args = server_args(rollout_config("dapo_qwen3_32b", "dapo_qwen3_32b", "sam.threshold=2",
-                                      "sam.num_speculative_tokens=5", "sam.group_aware=false", "ab.seed=9"))  # fmt: skip
+    args = server_args(
+        rollout_config(
+            "dapo_qwen3_32b",
+            "dapo_qwen3_32b",
+            "sam.threshold=2",
+            "sam.num_speculative_tokens=5",
+            "sam.group_aware=false",
+            "ab.seed=9",
+        )
+    )
     assert args.speculative_config["num_speculative_tokens"] == 5
     assert args.additional_config["sam_spec"]["threshold"] == 2
     assert args.additional_config["sam_spec"]["group_aware"] is False
@@ -78,6 +92,7 @@ def test_replica_uses_the_sam_server_and_knows_its_arm():
     assert sam.server_class.__ray_actor_class__ is replica.SamvLLMHttpServer
     assert sam.sam_enabled and sam.sam_key == "rollout_0"
     assert sam in tracking._live_replicas
-    base = replica.SamvLLMReplica(1, rollout_config("dapo_qwen3_32b", "dapo_qwen3_32b", "sam=disabled"), None,
-                                      gpus_per_node=16)  # fmt: skip
+    base = replica.SamvLLMReplica(
+        1, rollout_config("dapo_qwen3_32b", "dapo_qwen3_32b", "sam=disabled"), None, gpus_per_node=16
+    )
     assert not base.sam_enabled

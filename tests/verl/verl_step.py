@@ -39,7 +39,15 @@ def make_inputs(root):
     (model / "config.json").write_text(json.dumps(QWEN3_32B_CONFIG))
     require(os.path.isdir(os.path.join(SHARED, "problems")), f"shared data not found at {SHARED}")
     data = root / "data"
-    cmd = [sys.executable, os.path.join(REPO, "scripts", "prepare_dapo_data.py"), "--out", str(data),
-           "--shared", SHARED, "--limit", "64"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        os.path.join(REPO, "scripts", "prepare_dapo_data.py"),
+        "--out",
+        str(data),
+        "--shared",
+        SHARED,
+        "--limit",
+        "64",
+    ]
     subprocess.run(cmd, check=True, capture_output=True)
     return model, data
