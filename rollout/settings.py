@@ -15,6 +15,7 @@ from sam import DraftConfig
 from sam.switch import validate_schedule
 
 SETTINGS_KEY = "sam_spec"
+AUTO = "auto"  # schedule: the online switch (sam.auto_switch)
 WHERE = f"additional_config.{SETTINGS_KEY}"
 _DRAFT_FIELDS = ("min_match", "length_policy", "group_aware", "history_tokens")
 
@@ -25,7 +26,9 @@ class SamSettings:
         <= threshold; ``None`` = always. Drafter state is kept current either way.
     schedule: ``[[max_batch, k], ...]`` (strictly increasing max_batch, 0 <= k <= k of
         speculative_config): a step scheduling n requests drafts k tokens from the first pair with
-        n <= max_batch, none above the last pair (``sam.switch``). Set instead of ``threshold``.
+        n <= max_batch, none above the last pair (``sam.switch``); or ``"auto"``: the online switch
+        learns this engine's step cost and the drafts' acceptance and chooses k per step
+        (``sam.auto_switch``). Set instead of ``threshold``.
     min_match, length_policy, group_aware, history_tokens: passed to ``sam.DraftConfig``.
     log_interval_s: log the proposer's own metrics every this many seconds (0 = never).
     """
@@ -37,7 +40,7 @@ class SamSettings:
     group_aware: bool = True
     history_tokens: int = 0
     log_interval_s: float = 0.0
-    schedule: tuple | None = None
+    schedule: tuple | str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:
@@ -45,7 +48,12 @@ class SamSettings:
         t = self.threshold
         if t is not None and (isinstance(t, bool) or not isinstance(t, int) or t < 0):
             raise ValueError(f"{WHERE}.threshold must be an integer >= 0 or null, got {t!r}")
-        if self.schedule is not None:  # normalise to a tuple of int pairs (hashable, frozen)
+        if isinstance(self.schedule, str):
+            if self.schedule != AUTO:
+                raise ValueError(
+                    f'{WHERE}.schedule must be "{AUTO}" or a list of [max_batch, k] pairs, got {self.schedule!r}'
+                )
+        elif self.schedule is not None:  # normalise to a tuple of int pairs (hashable, frozen)
             object.__setattr__(self, "schedule", validate_schedule(self.schedule, self.k, f"{WHERE}.schedule"))
         li = self.log_interval_s
         if isinstance(li, bool) or not isinstance(li, (int, float)) or li < 0:

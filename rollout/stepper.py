@@ -18,9 +18,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from rollout.metrics import SamMetrics
-from rollout.settings import SamSettings
+from rollout.settings import AUTO, SamSettings
 from sam import BatchDrafter
-from sam.switch import k_for_batch, threshold_schedule
+from sam.auto_switch import AutoSwitch
+from sam.switch import ScheduleSwitch, threshold_schedule
 
 
 def prompt_group_key(prompt: np.ndarray) -> tuple[int, bytes]:
@@ -35,30 +36,40 @@ class SamStepper:
     ``step`` takes the engine's arrays as they are (row i = request req_ids[i]) and returns one
     list per row: ``[]`` for rows without a sampled token this step (partial prefill) or when the
     switch turns speculation off, else at most ``k`` draft tokens.
+
+    The switch sees every step: its batch, how long it took (from the start of the previous call to
+    the start of this one, which spans the engine step that verified the previous drafts), whether
+    it was clean (no prefill in it), and how many of the previous drafts' tokens were accepted.
     """
 
-    def __init__(self, settings: SamSettings, max_model_len: int, log: logging.Logger | None = None):
+    def __init__(
+        self, settings: SamSettings, max_model_len: int, log: logging.Logger | None = None, clock=time.perf_counter
+    ):
         self.settings = settings
+        self._clock = clock  # seconds; the tests pass a simulated one
         self.k = settings.k
-        # One switch for both settings: a threshold t is the schedule [[t, k]].
-        self.schedule = settings.schedule or threshold_schedule(settings.threshold, self.k, sys.maxsize)
+        if settings.schedule == AUTO:
+            self.switch = AutoSwitch(self.k)
+        else:  # a threshold t is the schedule [[t, k]]
+            self.switch = ScheduleSwitch(
+                settings.schedule or threshold_schedule(settings.threshold, self.k, sys.maxsize)
+            )
         self.max_model_len = int(max_model_len)
         self.drafter = BatchDrafter(settings.draft_config())
         self.metrics = SamMetrics(self.k)
-        self._pending: dict = {}  # req_id -> (num_tokens when drafted, draft length)
+        self._asked: dict = {}  # the last step's decode rows: req_id -> (num_tokens then, draft length)
+        self._asked_k = 0  # the k they were asked for
+        self._last_call = None  # perf_counter() at the start of the last call
+        self._last_draft_tokens = 0
         self._log = log or logging.getLogger(__name__)
         self._last_log = time.monotonic()
 
     # -- life cycle --------------------------------------------------------------------------
     def finish(self, req_id) -> None:
-        self._pending.pop(req_id, None)
+        self._asked.pop(req_id, None)
         if req_id in self.drafter:
             self.drafter.finish(req_id)
             self.metrics.finished += 1
-
-    def k_now(self, num_scheduled_reqs: int) -> int:
-        """Draft tokens per request for a step scheduling this many requests (schedule or threshold)."""
-        return k_for_batch(self.schedule, num_scheduled_reqs)
 
     def step(
         self,
@@ -72,7 +83,7 @@ class SamStepper:
     ) -> list[list[int]]:
         """Drafts for each live row. ``num_scheduled_reqs`` (default: the live rows) keys the switch;
         ``k`` (default settings.k) caps the draft length, e.g. an engine's own per-step K."""
-        t0 = time.perf_counter()
+        t0 = self._clock()
         n = len(sampled_token_ids)
         out: list[list[int]] = [[] for _ in range(n)]
         if n == 0:
@@ -81,8 +92,13 @@ class SamStepper:
             raise RuntimeError(f"SAM proposer: {len(req_ids)} request ids for {n} batch rows")
         req_ids = list(req_ids[:n])
         lengths = np.asarray(num_tokens_no_spec[:n], dtype=np.int64)
-        self._start_new(req_ids, num_prompt_tokens, token_ids_cpu)
-        self._measure_acceptance(req_ids, sampled_token_ids, lengths)
+        scheduled = n if num_scheduled_reqs is None else int(num_scheduled_reqs)
+        decode_rows = [i for i in range(n) if len(sampled_token_ids[i]) > 0]
+        started = self._start_new(req_ids, num_prompt_tokens, token_ids_cpu)
+        self._observe_last_step(req_ids, sampled_token_ids, lengths)
+        if self._last_call is not None and started == 0 and len(decode_rows) == scheduled:  # a clean step
+            step_ms = 1e3 * (t0 - self._last_call)
+            self.switch.observe_cost(scheduled, self._last_draft_tokens / scheduled, step_ms)
         try:  # every row's committed tokens (accepted + bonus), also when speculation is off
             self.drafter.sync(req_ids, token_ids_cpu[:n], lengths)
         except ValueError as e:  # a row shorter than what the drafter saw: rebuild those requests
@@ -90,43 +106,58 @@ class SamStepper:
 
         m = self.metrics
         m.calls += 1
-        kk = self.k if k is None else min(int(k), self.k)
-        kk = min(kk, self.k_now(n if num_scheduled_reqs is None else int(num_scheduled_reqs)))
-        decode_rows = [i for i in range(n) if len(sampled_token_ids[i]) > 0]
         m.decode_row_steps += len(decode_rows)
         m.steps += bool(decode_rows)
-        if kk > 0 and decode_rows:
-            m.steps_on += 1
-            self._propose(req_ids, decode_rows, lengths, kk, out)
-        self._account_time(time.perf_counter() - t0)
+        self._last_draft_tokens = 0
+        if decode_rows:
+            kk = self.switch.choose_k(scheduled)
+            if k is not None:
+                kk = min(kk, int(k))
+            if kk > 0:
+                m.steps_on += 1
+                self._propose(req_ids, decode_rows, lengths, kk, out)
+        self._last_call = t0
+        self._account_time(self._clock() - t0)
         return out
 
     # -- the parts of a step -----------------------------------------------------------------
-    def _start_new(self, req_ids, num_prompt_tokens, token_ids_cpu) -> None:
-        """New requests start from their prompt, grouped by prompt tokens."""
-        d = self.drafter
+    def _start_new(self, req_ids, num_prompt_tokens, token_ids_cpu) -> int:
+        """New requests start from their prompt, grouped by prompt tokens. Returns how many started."""
+        started = 0
         for i, rid in enumerate(req_ids):
-            if rid not in d:
+            if rid not in self.drafter:
                 self._start(rid, token_ids_cpu[i, : int(num_prompt_tokens[i])])
-                self.metrics.started += 1
+                started += 1
+        self.metrics.started += started
+        return started
 
     def _start(self, req_id, prompt: np.ndarray) -> None:
         self.drafter.start(req_id, prompt, group=prompt_group_key(prompt) if self.settings.group_aware else None)
 
-    def _measure_acceptance(self, req_ids, sampled_token_ids, lengths) -> None:
-        """Last step's drafts: how far did each drafted row advance (before the new tokens are synced)."""
-        if not self._pending:
+    def _observe_last_step(self, req_ids, sampled_token_ids, lengths) -> None:
+        """How far each row asked for drafts last step advanced (before the new tokens are synced)."""
+        asked, self._asked = self._asked, {}
+        if not asked:
             return
-        pending, self._pending = self._pending, {}
+        k = self._asked_k
+        drafted_at = np.zeros(k + 1, dtype=np.float64)
+        accepted_at = np.zeros(k + 1, dtype=np.float64)
+        rows = 0
         m = self.metrics
         for i, rid in enumerate(req_ids):
-            p = pending.get(rid)
-            if p is None or not sampled_token_ids[i]:
+            then = asked.get(rid)
+            if then is None or not sampled_token_ids[i]:
                 continue
-            accepted = min(max(int(lengths[i]) - p[0] - 1, 0), p[1])
-            m.num_measured_drafts += 1
-            m.num_accepted_tokens += accepted
-            m.accepted_per_pos[:accepted] += 1
+            tokens_then, draft_length = then
+            accepted = min(max(int(lengths[i]) - tokens_then - 1, 0), draft_length)
+            rows += 1
+            drafted_at[1 : draft_length + 1] += 1
+            accepted_at[1 : accepted + 1] += 1
+            if draft_length > 0:
+                m.num_measured_drafts += 1
+                m.num_accepted_tokens += accepted
+                m.accepted_per_pos[:accepted] += 1
+        self.switch.observe_acceptance(k, rows, drafted_at, accepted_at)
 
     def _resync(self, req_ids, num_prompt_tokens, token_ids_cpu, lengths, err) -> None:
         d = self.drafter
@@ -148,13 +179,15 @@ class SamStepper:
         proposal = self.drafter.propose([req_ids[i] for i in decode_rows], k)
         draft_lengths = np.minimum(proposal.lengths.astype(np.int64), room)
         m = self.metrics
+        self._asked_k = k
         for j, i in enumerate(decode_rows):
             length = int(draft_lengths[j])
+            self._asked[req_ids[i]] = (int(lengths[i]), length)
             if length > 0:
                 out[i] = proposal.tokens[j, :length].tolist()
-                self._pending[req_ids[i]] = (int(lengths[i]), length)
                 m.num_drafts += 1
                 m.num_draft_tokens += length
+                self._last_draft_tokens += length
 
     def _account_time(self, seconds: float) -> None:
         m = self.metrics
@@ -170,4 +203,5 @@ class SamStepper:
         out = self.metrics.as_dict()
         out["live_requests"] = len(self.drafter)
         out["drafter_nbytes"] = int(self.drafter.nbytes)
+        out["switch"] = self.switch.report()
         return out

@@ -82,6 +82,26 @@ def k_for_batch(schedule: Schedule, num_requests: int) -> int:
     return 0
 
 
+class ScheduleSwitch:
+    """A fixed schedule behind the same interface as the online switch (``sam.auto_switch.AutoSwitch``):
+    it chooses from the batch size alone and learns nothing."""
+
+    def __init__(self, schedule: Schedule):
+        self.schedule = schedule
+
+    def choose_k(self, batch: int) -> int:
+        return k_for_batch(self.schedule, batch)
+
+    def observe_cost(self, batch: int, drafts_per_request: float, step_ms: float) -> None:
+        pass
+
+    def observe_acceptance(self, asked_k: int, rows: int, drafted_at, accepted_at) -> None:
+        pass
+
+    def report(self) -> dict:
+        return {"schedule": [list(pair) for pair in self.schedule]}
+
+
 def threshold_schedule(threshold: int | None, k: int, max_batch: int) -> Schedule:
     """The fixed threshold as a schedule (``None`` = always speculate, up to ``max_batch``)."""
     if threshold is None:

@@ -18,8 +18,8 @@ W = 64  # row width (max_model_len)
 class Batch:
     """A minimal stand-in for vLLM's InputBatch: rows, lengths, prompt lengths, req_ids."""
 
-    def __init__(self, n_rows=8):
-        self.tok = np.zeros((n_rows, W), dtype=np.int32)
+    def __init__(self, n_rows=8, width=W):
+        self.tok = np.zeros((n_rows, width), dtype=np.int32)
         self.len = np.zeros(n_rows, dtype=np.int32)
         self.npt = np.zeros(n_rows, dtype=np.int32)
         self.req_ids: list = []
@@ -184,3 +184,63 @@ def test_settings_defaults_and_null_threshold():
     assert SamSettings.from_mapping(5, {"threshold": None}).threshold is None
     with pytest.raises(ValueError, match="num_speculative_tokens"):
         SamSettings.from_mapping(0, {})
+
+
+class Clock:
+    """Simulated time: the engine step between two proposer calls takes what the test says."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_auto_switch_learns_the_step_cost_from_the_calls():
+    """A periodic text (drafts always accepted) on an engine whose drafted steps cost 5x: the switch
+    measures plain and drafted steps between its calls, then stops drafting; at 1.05x it drafts."""
+    for cost_per_draft_token, drafts in ((4.0 / 3, False), (0.05 / 3, True)):
+        clock = Clock()
+        st = SamStepper(settings(threshold=None, schedule="auto"), max_model_len=1 << 12, clock=clock)
+        b = Batch(n_rows=4, width=1 << 12)
+        for r in "abcd":
+            b.add(r, PERIOD * 2)
+        out = [[]] * 4
+        k_seen = []
+        for _ in range(40):
+            # the engine: accepts every draft token (the text is periodic) and emits a bonus token
+            for i, draft in enumerate(out):
+                nxt = [PERIOD[(b.len[i] + j) % 5] for j in range(len(draft) + 1)]
+                assert draft == nxt[:-1]  # a correct draft of the period
+                b.append(i, nxt)
+            clock.now += 0.1 * (1 + cost_per_draft_token * np.mean([len(d) for d in out]))
+            out = step(st, b, [[int(b.tok[i, b.len[i] - 1])] for i in range(4)])
+            k_seen.append(len(out[0]))
+        assert k_seen[:4] == [0, 0, 3, 3]  # the bucket's plain, then full steps
+        assert all(k == (3 if drafts else 0) for k in k_seen[4:])
+        snap = st.snapshot()
+        (bucket,) = snap["switch"]["buckets"].values()
+        assert bucket["plain_step_ms"] == pytest.approx(100.0)
+        assert bucket["cost_per_draft_token"] == pytest.approx(cost_per_draft_token, abs=1e-4)  # reported to 4 places
+        assert snap["switch"]["acceptance_by_position"] == [1.0, 1.0, 1.0]
+
+
+def test_steps_with_prefill_teach_the_switch_nothing():
+    clock = Clock()
+    st = SamStepper(settings(threshold=None, schedule="auto"), max_model_len=W, clock=clock)
+    b = Batch()
+    b.add("a", PERIOD * 2)
+    for i in range(6):  # a new request each step: every step has a prefill in it
+        clock.now += 1.0
+        b.add(f"new{i}", [1, 2, 3])
+        step(st, b, [[9]] * len(b.req_ids))
+    assert all(v["plain_step_ms"] is None for v in st.snapshot()["switch"]["buckets"].values())
+
+
+def test_auto_schedule_setting():
+    assert SamSettings.from_mapping(3, {"schedule": "auto"}).schedule == "auto"
+    assert SamSettings.from_mapping(3, {"schedule": "auto", "threshold": None}).schedule == "auto"
+    with pytest.raises(ValueError, match='schedule must be "auto" or a list'):
+        SamSettings.from_mapping(3, {"schedule": "fast"})
+    with pytest.raises(ValueError, match="either threshold or schedule"):
+        SamSettings.from_mapping(3, {"schedule": "auto", "threshold": 8})

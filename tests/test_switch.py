@@ -182,11 +182,11 @@ def test_stepper_follows_the_schedule_per_step():
     assert [len(o) for o in out] == [1, 1, 1]
     out = st.step(ids, npt, [[9]] * 3, lengths, rows, num_scheduled_reqs=1)
     assert [len(o) for o in out] == [3, 3, 3]
-    assert st.k_now(1) == 3 and st.k_now(2) == 1 and st.k_now(3) == 0
+    assert st.switch.choose_k(1) == 3 and st.switch.choose_k(2) == 1 and st.switch.choose_k(3) == 0
 
 
 def test_threshold_unchanged_without_schedule():
     st = SamStepper(SamSettings.from_mapping(3, {"threshold": 8}), max_model_len=64)
-    assert [st.k_now(n) for n in (1, 8, 9)] == [3, 3, 0]
+    assert [st.switch.choose_k(n) for n in (1, 8, 9)] == [3, 3, 0]
     st = SamStepper(SamSettings.from_mapping(3, {"threshold": None}), max_model_len=64)
-    assert st.k_now(10_000) == 3
+    assert st.switch.choose_k(10_000) == 3

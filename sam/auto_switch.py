@@ -1,0 +1,205 @@
+"""The online switch (``schedule: "auto"``): learn what drafting costs and earns, choose k per step.
+
+An engine step that schedules ``B`` requests and verifies ``d`` draft tokens per request on average
+takes about ``T0(B) * (1 + s(B) * d)`` milliseconds: ``T0`` is the plain step, ``s`` the relative cost
+of one draft token per request (near 0 on a memory-bound GPU at small batch, 0.1-0.5 on a CPU).
+Asking for k drafts emits ``1 + a_1 + ... + a_k`` tokens per request, where ``a_j`` is the share of
+requests whose j-th draft token is accepted, and verifies ``f_1 + ... + f_k`` draft tokens per request
+(``f_j``: the share that gets a j-th draft token). Each step takes the k in 0..K with the most tokens
+per second, and 0 unless that gains ``MARGIN``.
+
+What is learnt, from the steps themselves (clean steps only: no request started, none mid-prefill):
+- per batch-size bucket (half powers of two), the mean time of plain steps and of drafted steps with
+  their mean draft tokens per request, which give ``s = (drafted / plain - 1) / d``;
+- per draft position, ``a_j`` and ``f_j`` over the rows of the steps that asked for position j,
+  decayed per such step, so that they follow the batch as its requests move along their responses.
+A new bucket runs ``MIN_WEIGHT`` plain steps, then as many full (k = K) steps, then decides. A bucket
+then tries the other choice once every ``EXPLORE_EVERY`` of its steps (plain while it drafts, K while
+it does not) so that a drift in cost or acceptance is seen: under 1% of steps.
+
+All state is plain float64 arrays updated by compiled functions (the rollout simulator runs the same
+functions); :class:`AutoSwitch` holds them for an engine. vLLM uses the driver rank's drafts only
+(docs/vllm-hooks.md), so the driver's decisions are the ones that count.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+NUM_BUCKETS = 24  # half powers of two: batch 1 .. ~4096
+MARGIN = 0.02  # a k > 0 must promise >= 2% more tokens per second than no drafts
+EXPLORE_EVERY = 128  # steps of a bucket between two tries of the choice it is not making
+STEP_DECAY = 0.5 ** (1 / 16)  # per observation of that kind (plain or drafted) in the bucket
+MIN_WEIGHT = 1.0 + STEP_DECAY  # two observations before an estimate is used
+ACCEPT_DECAY = 0.5 ** (1 / 32)  # per step that asked for the position
+MIN_DRAFTS_PER_REQUEST = 0.25  # a drafted step below this says little about s
+OUTLIER = 1.5  # an observation above OUTLIER x the mean (a pause of the process) counts as that
+
+# cost[bucket, field]: exponentially weighted means and their weights
+PLAIN_MS, PLAIN_W, DRAFTED_MS, DRAFTED_D, DRAFTED_W, SINCE_TRY, TRIES = range(7)
+COST_FIELDS = 7
+# accept[position j, field] (row 0 unused)
+ASKED, DRAFTED, ACCEPTED = range(3)
+ACCEPT_FIELDS = 3
+
+
+@njit(cache=True)
+def bucket_of(batch):
+    """0 for batch 1; then one bucket per half power of two."""
+    if batch <= 1:
+        return 0
+    return min(int(math.floor(2.0 * math.log2(batch) + 0.5)), NUM_BUCKETS - 1)
+
+
+@njit(cache=True)
+def slope(cost, bucket):
+    """s of a bucket from its plain and drafted means; -1.0 while either is unknown."""
+    c = cost[bucket]
+    if c[PLAIN_W] < MIN_WEIGHT or c[DRAFTED_W] < MIN_WEIGHT or c[DRAFTED_D] <= 0.0:
+        return -1.0
+    return max((c[DRAFTED_MS] / c[PLAIN_MS] - 1.0) / c[DRAFTED_D], 0.0)
+
+
+@njit(cache=True)
+def expected_per_request(accept, k):
+    """(tokens emitted, draft tokens verified) per request when asking for k drafts; positions without
+    evidence count as fully drafted and accepted (optimistic: drafting is how they are learnt)."""
+    tokens, drafts = 1.0, 0.0
+    for j in range(1, k + 1):
+        asked = accept[j, ASKED]
+        if asked < 0.5:
+            tokens += 1.0
+            drafts += 1.0
+        else:
+            tokens += accept[j, ACCEPTED] / asked
+            drafts += accept[j, DRAFTED] / asked
+    return tokens, drafts
+
+
+@njit(cache=True)
+def best_k(cost, accept, bucket, max_k):
+    """The k with the most expected tokens per second in a bucket (0 below MARGIN, or when s is unknown)."""
+    s = slope(cost, bucket)
+    if s < 0.0:
+        return 0
+    k_best, gain_best = 0, 1.0
+    for k in range(1, max_k + 1):
+        tokens, drafts = expected_per_request(accept, k)
+        gain = tokens / (1.0 + s * drafts)
+        if gain > gain_best:
+            k_best, gain_best = k, gain
+    return k_best if gain_best >= 1.0 + MARGIN else 0
+
+
+@njit(cache=True)
+def choose_k(cost, accept, batch, max_k):
+    """Draft tokens per request for a step scheduling ``batch`` requests."""
+    b = bucket_of(batch)
+    c = cost[b]
+    if c[PLAIN_W] < MIN_WEIGHT:  # a new bucket: plain steps first, then full ones
+        return 0
+    if c[DRAFTED_W] < MIN_WEIGHT:
+        return max_k
+    k = best_k(cost, accept, b, max_k)
+    c[SINCE_TRY] += 1.0
+    if c[SINCE_TRY] >= EXPLORE_EVERY:
+        c[SINCE_TRY] = 0.0
+        c[TRIES] += 1.0
+        return max_k if k == 0 else 0
+    return k
+
+
+@njit(cache=True)
+def _blend(cost, bucket, mean_field, weight_field, value):
+    c = cost[bucket]
+    if c[weight_field] >= MIN_WEIGHT:
+        value = min(value, OUTLIER * c[mean_field])
+    w = c[weight_field] * STEP_DECAY
+    c[mean_field] = (c[mean_field] * w + value) / (w + 1.0)
+    c[weight_field] = w + 1.0
+    return w
+
+
+@njit(cache=True)
+def observe_cost(cost, batch, drafts_per_request, step_ms):
+    """A clean step: its batch, the draft tokens it verified per request, its time."""
+    b = bucket_of(batch)
+    if drafts_per_request <= 0.0:
+        _blend(cost, b, PLAIN_MS, PLAIN_W, step_ms)
+    elif drafts_per_request >= MIN_DRAFTS_PER_REQUEST:
+        w = _blend(cost, b, DRAFTED_MS, DRAFTED_W, step_ms)
+        c = cost[b]
+        c[DRAFTED_D] = (c[DRAFTED_D] * w + drafts_per_request) / (w + 1.0)
+
+
+@njit(cache=True)
+def observe_acceptance(accept, asked_k, rows, drafted_at, accepted_at):
+    """One step's outcome: ``rows`` decode rows asked for ``asked_k`` drafts; ``drafted_at[j]`` of them
+    got a j-th draft token and ``accepted_at[j]`` had it accepted (j = 1..asked_k)."""
+    if rows <= 0:
+        return
+    for j in range(1, asked_k + 1):
+        accept[j, ASKED] = accept[j, ASKED] * ACCEPT_DECAY + rows
+        accept[j, DRAFTED] = accept[j, DRAFTED] * ACCEPT_DECAY + drafted_at[j]
+        accept[j, ACCEPTED] = accept[j, ACCEPTED] * ACCEPT_DECAY + accepted_at[j]
+
+
+class AutoSwitch:
+    """The online switch's state for one engine, and what it reports."""
+
+    def __init__(self, max_k: int):
+        if max_k < 1:
+            raise ValueError(f"max_k must be >= 1, got {max_k}")
+        self.max_k = max_k
+        self.cost = np.zeros((NUM_BUCKETS, COST_FIELDS))
+        self.accept = np.zeros((max_k + 1, ACCEPT_FIELDS))
+        self.chosen = np.zeros((NUM_BUCKETS, max_k + 1), dtype=np.int64)  # steps per (bucket, k)
+
+    def choose_k(self, batch: int) -> int:
+        k = int(choose_k(self.cost, self.accept, int(batch), self.max_k))
+        self.chosen[bucket_of(int(batch)), k] += 1
+        return k
+
+    def observe_cost(self, batch: int, drafts_per_request: float, step_ms: float) -> None:
+        observe_cost(self.cost, int(batch), float(drafts_per_request), float(step_ms))
+
+    def observe_acceptance(self, asked_k: int, rows: int, drafted_at: np.ndarray, accepted_at: np.ndarray) -> None:
+        observe_acceptance(self.accept, int(asked_k), int(rows), drafted_at, accepted_at)
+
+    def report(self) -> dict:
+        """Per bucket that saw steps: its batch range, the k chosen and how often, the learnt costs, and why."""
+        buckets = {}
+        for b in np.flatnonzero(self.chosen.sum(axis=1)):
+            lo, hi = bucket_range(int(b))
+            c = self.cost[b]
+            s = float(slope(self.cost, int(b)))
+            gains = None
+            if s >= 0.0:
+                gains = []
+                for k in range(self.max_k + 1):
+                    tokens, drafts = expected_per_request(self.accept, k)
+                    gains.append(round(tokens / (1.0 + s * drafts), 4))
+            buckets[f"{lo}-{hi}"] = {
+                "steps_by_k": self.chosen[b].tolist(),
+                "k_now": int(best_k(self.cost, self.accept, int(b), self.max_k)),
+                "plain_step_ms": round(float(c[PLAIN_MS]), 3) if c[PLAIN_W] > 0 else None,
+                "drafted_step_ms": round(float(c[DRAFTED_MS]), 3) if c[DRAFTED_W] > 0 else None,
+                "drafts_per_request": round(float(c[DRAFTED_D]), 3) if c[DRAFTED_W] > 0 else None,
+                "cost_per_draft_token": round(s, 4) if s >= 0 else None,
+                "expected_gain_by_k": gains,
+                "tries": int(c[TRIES]),
+            }
+        accept = []
+        for j in range(1, self.max_k + 1):
+            asked = self.accept[j, ASKED]
+            accept.append(round(self.accept[j, ACCEPTED] / asked, 4) if asked > 0 else None)
+        return {"acceptance_by_position": accept, "buckets": buckets}
+
+
+def bucket_range(bucket: int) -> tuple[int, int]:
+    """The batch sizes (lo, hi) that fall in a bucket."""
+    sizes = [b for b in range(1, 1 << 13) if bucket_of(b) == bucket]
+    return (sizes[0], sizes[-1]) if sizes else (0, 0)

@@ -1,0 +1,169 @@
+"""sam.auto_switch: the online switch learns a step cost and the drafts' acceptance from the steps it sees,
+and chooses k per step close to what the true cost model would choose, exploring little."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sam import auto_switch as sw
+from sam.auto_switch import AutoSwitch
+
+K = 3
+
+
+class Engine:
+    """A synthetic engine: step time T0(B) * (1 + s(B) * d) with multiplicative noise, and draft tokens
+    accepted position by position with probability ``alpha`` each (rows drafted with probability f)."""
+
+    def __init__(self, slope, alpha=0.6, f=0.8, noise=0.05, seed=0):
+        self.slope, self.alpha, self.f, self.noise = slope, alpha, f, noise
+        self.rng = np.random.default_rng(seed)
+
+    def plain_ms(self, batch):
+        return 20.0 + 2.0 * batch
+
+    def step(self, batch, k):
+        drafted = np.where(self.rng.random(batch) < self.f, k, 0)
+        accepted = np.zeros(batch, dtype=np.int64)
+        for j in range(1, k + 1):
+            accepted += (accepted == j - 1) & (drafted >= j) & (self.rng.random(batch) < self.alpha)
+        d = drafted.mean()
+        ms = self.plain_ms(batch) * (1 + self.slope(batch) * d) * np.exp(self.noise * self.rng.standard_normal())
+        drafted_at = np.array([0.0] + [(drafted >= j).sum() for j in range(1, k + 1)])
+        accepted_at = np.array([0.0] + [(accepted >= j).sum() for j in range(1, k + 1)])
+        return ms, d, drafted_at, accepted_at, batch + accepted.sum()
+
+    def best_k(self, batch):
+        gains = [self.tokens_per_request(k) / (1 + self.slope(batch) * self.f * k) for k in range(K + 1)]
+        return int(np.argmax(gains)), max(gains)
+
+    def tokens_per_request(self, k):
+        return 1 + self.f * sum(self.alpha**j for j in range(1, k + 1))
+
+
+def run(switch, engine, batches):
+    """Drive the switch through steps of the given batch sizes; returns (k per step, tokens, ms)."""
+    ks, tokens, total_ms = [], 0.0, 0.0
+    for b in batches:
+        k = switch.choose_k(b)
+        ms, d, drafted_at, accepted_at, emitted = engine.step(b, k)
+        switch.observe_cost(b, d, ms)
+        if k:
+            switch.observe_acceptance(k, b, drafted_at, accepted_at)
+        ks.append(k)
+        tokens += emitted
+        total_ms += ms
+    return np.array(ks), tokens, total_ms
+
+
+def test_buckets_are_half_powers_of_two():
+    assert [sw.bucket_of(b) for b in (1, 2, 3, 4, 6, 8, 11, 16, 23, 32)] == [0, 2, 3, 4, 5, 6, 7, 8, 9, 10]
+    assert sw.bucket_range(sw.bucket_of(100)) == (77, 107)  # 2 log2(b) rounds to 13
+    assert sw.bucket_of(10**9) == sw.NUM_BUCKETS - 1
+
+
+def test_a_new_bucket_measures_plain_then_full_steps_then_decides():
+    switch = AutoSwitch(K)
+    engine = Engine(slope=lambda b: 0.0, noise=0.0)
+    ks, _, _ = run(switch, engine, [16] * 6)
+    assert ks.tolist()[:4] == [0, 0, K, K]  # two plain steps, two full ones
+    assert ks[4] == K  # free drafts that are accepted: draft
+
+
+@pytest.mark.parametrize("slope, expected_k", [(0.0, K), (0.02, K), (2.0, 0)])
+def test_the_choice_follows_the_cost(slope, expected_k):
+    engine = Engine(slope=lambda b: slope, noise=0.03)
+    assert engine.best_k(8)[0] == expected_k
+    ks, _, _ = run(AutoSwitch(K), engine, [8] * 300)
+    settled = ks[20:]
+    assert np.mean(settled == expected_k) > 0.98  # the rest: explorations of the other choice
+
+
+def test_cost_that_grows_with_batch_gives_a_threshold():
+    """Drafting pays at small batches only: the switch drafts in the tail, not in the bulk."""
+    engine = Engine(slope=lambda b: 0.01 * b, alpha=0.7, f=0.9, noise=0.05, seed=3)
+    batches = np.repeat(np.arange(128, 0, -1), 12)  # a shrinking batch, as in a rollout
+    ks, tokens, ms = run(AutoSwitch(K), engine, batches)
+    buckets = np.array([sw.bucket_of(int(b)) for b in batches])
+    first_seen = np.unique(buckets, return_index=True)[1]
+    cold = np.zeros(len(batches), dtype=bool)  # each new bucket's first 4 steps measure it
+    for i in first_seen:
+        cold[i : i + 4] = True
+    for lo, hi in ((100, 128), (1, 8)):
+        sel = (batches >= lo) & (batches <= hi) & ~cold
+        expected = engine.best_k(int(np.median(batches[sel])))[0]
+        assert np.mean(ks[sel] == expected) > 0.95, (lo, hi, np.bincount(ks[sel]))
+
+
+def test_the_switch_recovers_most_of_the_oracles_gain():
+    """Tokens per ms against the best fixed k per batch (the oracle) and against never drafting."""
+    slope = lambda b: 0.004 * b  # noqa: E731
+    batches = np.repeat(np.arange(256, 0, -1), 8)
+    make = lambda seed: Engine(slope, alpha=0.8, f=0.9, seed=seed)  # noqa: E731
+    learnt = run(AutoSwitch(K), make(5), batches)
+    oracle = run(Oracle(make(0)), make(5), batches)
+    never = run(Never(), make(5), batches)
+    rate = lambda r: r[1] / r[2]  # noqa: E731
+    gain_oracle = rate(oracle) / rate(never) - 1
+    assert gain_oracle > 0.1  # the setting has something to gain
+    assert rate(learnt) / rate(never) - 1 >= 0.9 * gain_oracle
+
+
+class Oracle:
+    def __init__(self, engine):
+        self.engine = engine
+
+    def choose_k(self, batch):
+        return self.engine.best_k(batch)[0]
+
+    def observe_cost(self, *args):
+        pass
+
+    def observe_acceptance(self, *args):
+        pass
+
+
+class Never(Oracle):
+    def __init__(self):
+        pass
+
+    def choose_k(self, batch):
+        return 0
+
+
+def test_acceptance_is_followed_when_it_changes():
+    """Drafts that stop being accepted stop being sent (the decay follows the batch)."""
+    engine = Engine(slope=lambda b: 0.15, alpha=0.8, f=1.0, noise=0.02, seed=7)
+    switch = AutoSwitch(K)
+    ks, _, _ = run(switch, engine, [4] * 200)
+    assert np.mean(ks[20:] == K) > 0.95
+    engine.alpha = 0.02  # the text turns unpredictable
+    ks, _, _ = run(switch, engine, [4] * 400)
+    assert np.mean(ks[-200:] == 0) > 0.97
+
+
+def test_exploration_stays_under_one_percent():
+    engine = Engine(slope=lambda b: 3.0, noise=0.05)
+    switch = AutoSwitch(K)
+    ks, _, _ = run(switch, engine, [32] * 2000)
+    assert np.mean(ks[10:] > 0) < 0.01
+    report = switch.report()
+    (bucket,) = report["buckets"].values()
+    assert bucket["k_now"] == 0 and bucket["tries"] >= 10
+    assert bucket["cost_per_draft_token"] == pytest.approx(3.0, rel=0.15)
+    assert bucket["plain_step_ms"] == pytest.approx(engine.plain_ms(32), rel=0.1)
+    assert sum(bucket["steps_by_k"]) == 2000
+
+
+def test_an_outlier_step_does_not_flip_the_choice():
+    engine = Engine(slope=lambda b: 0.05, noise=0.0)
+    switch = AutoSwitch(K)
+    run(switch, engine, [8] * 50)
+    switch.observe_cost(8, engine.f * K, 1e6)  # a pause of the process during a drafted step
+    assert switch.choose_k(8) == K
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="max_k"):
+        AutoSwitch(0)
