@@ -87,6 +87,17 @@ SETTINGS: dict[str, tuple[dict | None, dict | None, str]] = {
         {"sam_spec": {"threshold": 8, "group_aware": True}},
         f"SAM, k={K}, threshold 8, group_aware true (SamSettings defaults)",
     ),
+    "sam_auto": (
+        dict(_SAM),
+        {"sam_spec": {"threshold": None, "schedule": "auto", "group_aware": True}},
+        f"SAM, k={K}, schedule auto (the online switch), group_aware true",
+    ),
+    # not in the default list: SAM configured but never drafting (the cost of merely enabling speculation)
+    "sam_k0": (
+        dict(_SAM),
+        {"sam_spec": {"threshold": 0, "group_aware": True}},
+        f"SAM, k={K}, threshold 0: configured, never drafting",
+    ),
     # not in the default list: drafting only on matches as long as n-gram's (5), where verifying is not
     # free (CPU); draft length scaled with the match beyond that
     "sam_min5": (
@@ -95,7 +106,7 @@ SETTINGS: dict[str, tuple[dict | None, dict | None, str]] = {
         f"SAM, k={K}, threshold null, group_aware false, min_match 5, scaled length",
     ),
 }
-DEFAULT_SETTINGS = ["none", "ngram", "suffix", "sam", "sam_thr8", "sam_group"]
+DEFAULT_SETTINGS = ["none", "ngram", "suffix", "sam", "sam_thr8", "sam_group", "sam_auto"]
 
 # verl's rollout defaults, which the DAPO recipe keeps (vLLM's own differ; docs/vllm-hooks.md, "Defaults").
 RECIPE_MAX_NUM_SEQS = 1024
@@ -127,8 +138,17 @@ def suffix_available() -> tuple[bool, str]:
 # --------------------------------------------------------------------------------------------
 
 
+LENGTHS = ("fixed", "lognormal")
+TAIL_BATCH = 8  # the rollout's tail: steps scheduling at most this many requests
+
+
 @dataclass
 class Workload:
+    """The sampled part: ``prompts`` x ``n`` requests. ``lengths="fixed"``: each may run to ``max_tokens``
+    (ends at EOS unless ``ignore_eos``); ``"lognormal"``: each request's length is drawn once (median
+    ``median_tokens``, ``sigma``, clipped at ``max_tokens``, ``seed``) and generated exactly (EOS
+    ignored), so every setting does the same work and the rollout has a real long tail."""
+
     prompts: int = 16
     n: int = 4
     max_tokens: int = 1024
@@ -136,7 +156,25 @@ class Workload:
     temperature: float = 1.0
     offset: int = 0  # DAPO rows offset..offset+prompts
     ignore_eos: bool = False
+    greedy_max_tokens: int | None = None  # default max_tokens
+    lengths: str = "fixed"
+    median_tokens: int = 160
+    sigma: float = 1.0
+    seed: int = 0
     prompt_token_ids: list[list[int]] = field(default_factory=list, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.lengths not in LENGTHS:
+            raise ValueError(f"lengths must be one of {LENGTHS}, got {self.lengths!r}")
+
+    def sampled_lengths(self) -> list[int]:
+        """Per request of the sampled part (prompt-major, n siblings each), its max_tokens."""
+        if self.lengths == "fixed":
+            return [self.max_tokens] * (self.prompts * self.n)
+        from benchmarks.simulator import lognormal_lengths
+
+        drawn = lognormal_lengths(self.prompts * self.n, self.median_tokens, self.sigma, self.max_tokens, self.seed)
+        return [int(x) for x in drawn]
 
     def describe(self) -> dict:
         d = {k: v for k, v in asdict(self).items() if k != "prompt_token_ids"}
@@ -197,13 +235,22 @@ def _probe_install(worker) -> bool:
         "drafter_seconds": 0.0,
         "draft_rows": 0,
         "draft_tokens": 0,
+        "tail_steps": 0,
+        "tail_seconds": 0.0,  # steps scheduling <= TAIL_BATCH requests, start to next start
     }
+    last = {"start": None, "batch": 0}  # the step running now; reset between parts (_probe_mark)
     runner._bench_probe = st
+    runner._bench_last_step = last
     orig_exec = runner.execute_model
 
     def execute_model(scheduler_output, *a, **kw):
         n = int(getattr(scheduler_output, "total_num_scheduled_tokens", 0) or 0)
         if n > 0:
+            now = time.perf_counter()
+            if last["start"] is not None and last["batch"] <= TAIL_BATCH:
+                st["tail_steps"] += 1
+                st["tail_seconds"] += now - last["start"]
+            last["start"], last["batch"] = now, len(scheduler_output.num_scheduled_tokens)
             st["steps"] += 1
             st["scheduled_tokens"] += n
         return orig_exec(scheduler_output, *a, **kw)
@@ -235,6 +282,16 @@ def _probe_install(worker) -> bool:
 
 def _probe_read(worker) -> dict:
     return dict(worker.model_runner._bench_probe)
+
+
+def _probe_end_part(worker) -> bool:
+    """The part's last step ended when generate returned: count it, and start the next part afresh."""
+    st, last = worker.model_runner._bench_probe, worker.model_runner._bench_last_step
+    if last["start"] is not None and last["batch"] <= TAIL_BATCH:
+        st["tail_steps"] += 1
+        st["tail_seconds"] += time.perf_counter() - last["start"]
+    last["start"] = None
+    return True
 
 
 def _drafter_name(worker) -> str | None:
@@ -273,16 +330,19 @@ def _sam_delta(after: dict | None, before: dict | None) -> dict | None:
 # --------------------------------------------------------------------------------------------
 
 
-def _part(llm, inputs, sp, label: str) -> tuple[dict, list[list[int]]]:
+def _part(llm, inputs, sp, label: str, progress: bool = False) -> tuple[dict, list[list[int]]]:
+    """Generate one part; sp is one SamplingParams or one per input."""
     c0, p0, s0 = spec_decode_counters(llm), llm.collective_rpc(_probe_read)[0], _sam_metrics(llm)
     load0 = os.getloadavg()[0]
     t0 = time.perf_counter()
-    outs = llm.generate(inputs, sp, use_tqdm=False)
+    outs = llm.generate(inputs, sp, use_tqdm=progress)
     wall = time.perf_counter() - t0
+    llm.collective_rpc(_probe_end_part)
     load1 = os.getloadavg()[0]
     c1, p1, s1 = spec_decode_counters(llm), llm.collective_rpc(_probe_read)[0], _sam_metrics(llm)
     toks = [list(c.token_ids) for o in outs for c in o.outputs]
     ntok = sum(map(len, toks))
+    limits = [x.max_tokens for x in sp for _ in range(x.n)] if isinstance(sp, list) else [sp.max_tokens] * len(toks)
     c, p, s = counter_delta(c1, c0), counter_delta(p1, p0), _sam_delta(s1, s0)
     steps = p.get("steps", 0)
     step_ms = 1e3 * wall / steps if steps else None
@@ -294,7 +354,7 @@ def _part(llm, inputs, sp, label: str) -> tuple[dict, list[list[int]]]:
         "output_tokens": ntok,
         "tok_per_s": round(ntok / wall, 2),
         "mean_output_len": round(ntok / max(len(toks), 1), 1),
-        "frac_hit_max_tokens": round(sum(len(t) >= sp.max_tokens for t in toks) / max(len(toks), 1), 3),
+        "frac_hit_max_tokens": round(sum(len(t) >= m for t, m in zip(toks, limits)) / max(len(toks), 1), 3),
         "engine_steps": steps,
         "step_ms": round(step_ms, 3) if step_ms else None,
         "tokens_per_step": round(ntok / steps, 3) if steps else None,
@@ -305,6 +365,8 @@ def _part(llm, inputs, sp, label: str) -> tuple[dict, list[list[int]]]:
         "frac_drafter_calls_with_drafts": (
             round(p["drafter_calls_with_drafts"] / p["drafter_calls"], 4) if p.get("drafter_calls") else None
         ),
+        "tail_s": round(p.get("tail_seconds", 0.0), 3),
+        "tail_steps": p.get("tail_steps", 0),
         "loadavg_1m_before_after": [round(load0, 2), round(load1, 2)],
     }
     if c:
@@ -316,11 +378,32 @@ def _part(llm, inputs, sp, label: str) -> tuple[dict, list[list[int]]]:
     if s is not None:
         res["sam"] = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in s.items()}
         res["frac_steps_on"] = round(s["frac_steps_on"], 4)
+        res["switch"] = s1.get("switch")  # cumulative: warm-up and earlier parts included
     return res, toks
 
 
+def sampled_requests(wl: Workload, prompts: list[dict]):
+    """(inputs, params) of the sampled part: one SamplingParams(n) for fixed lengths; with drawn lengths
+    one request per sample (siblings share the prompt, as verl sends them), each with its own length."""
+    from vllm import SamplingParams
+
+    common = dict(temperature=wl.temperature, top_p=1.0, top_k=-1)
+    if wl.lengths == "fixed":
+        return prompts[: wl.prompts], SamplingParams(
+            n=wl.n, max_tokens=wl.max_tokens, ignore_eos=wl.ignore_eos, **common
+        )
+    inputs = [p for p in prompts[: wl.prompts] for _ in range(wl.n)]
+    return inputs, [SamplingParams(max_tokens=m, ignore_eos=True, **common) for m in wl.sampled_lengths()]
+
+
 def run_setting(
-    name: str, model_dir: str, wl: Workload, engine_kw: dict, spec: dict | None = None, extra: dict | None = None
+    name: str,
+    model_dir: str,
+    wl: Workload,
+    engine_kw: dict,
+    spec: dict | None = None,
+    extra: dict | None = None,
+    progress: bool = False,
 ) -> tuple[dict, dict[str, list[list[int]]]]:
     """Build an engine for one setting, run warm-up + sampled + greedy; return (results, tokens)."""
     from vllm import LLM, SamplingParams
@@ -355,18 +438,12 @@ def run_setting(
         llm.generate(prompts[:2], SamplingParams(temperature=1.0, max_tokens=32, ignore_eos=True), use_tqdm=False)
         res["warmup_s"] = round(time.perf_counter() - t0, 2)
         if wl.prompts > 0:
-            sp = SamplingParams(
-                n=wl.n,
-                temperature=wl.temperature,
-                top_p=1.0,
-                top_k=-1,
-                max_tokens=wl.max_tokens,
-                ignore_eos=wl.ignore_eos,
-            )
-            res["sampled"], tokens["sampled"] = _part(llm, prompts[: wl.prompts], sp, "sampled")
+            inputs, sp = sampled_requests(wl, prompts)
+            res["sampled"], tokens["sampled"] = _part(llm, inputs, sp, "sampled", progress)
         if wl.greedy_prompts > 0:
-            sp = SamplingParams(temperature=0.0, max_tokens=wl.max_tokens, ignore_eos=wl.ignore_eos)
-            res["greedy"], tokens["greedy"] = _part(llm, prompts[: wl.greedy_prompts], sp, "greedy")
+            greedy_tokens = wl.greedy_max_tokens or wl.max_tokens
+            sp = SamplingParams(temperature=0.0, max_tokens=greedy_tokens, ignore_eos=wl.ignore_eos)
+            res["greedy"], tokens["greedy"] = _part(llm, prompts[: wl.greedy_prompts], sp, "greedy", progress)
     finally:
         shutdown(llm)
     return res, tokens

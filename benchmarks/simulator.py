@@ -16,11 +16,18 @@ Model, and what it leaves out:
   the anchor's cost is linear in context at fixed batch, so the mean context stands for the batch.
 - Prefill is not modelled (prompts are short next to 34k-token responses); neither is the drafter's
   CPU time (about 1 us per request-step, RESULTS.md) nor the rejection sampler.
+- vLLM turns async scheduling off for every engine with a ``custom_class`` (or CPU n-gram) drafter,
+  in every step, drafted or not, while the plain engine keeps it: ``Policy.step_overhead_ms`` adds the
+  host time that async scheduling would hide to each step of a SAM policy (``policies_for``'s
+  ``sam_step_overhead_ms``; docs/vllm-hooks.md has the evidence for its size).
 
 Policies: ``off``; a fixed threshold t (k drafts when the step schedules <= t requests); a
-schedule ``[(max_batch, k), ...]`` (what ``additional_config.sam_spec.schedule`` takes); ``auto``,
-a per-step decision from the cost model (``sam.switch.choose_k_arrays``: every running request must
-progress at least as fast as without drafts, then the highest token rate wins).
+schedule ``[(max_batch, k), ...]`` (what ``additional_config.sam_spec.schedule`` takes); ``oracle``,
+a per-step decision from the true cost model and acceptance (``sam.switch.choose_k_arrays``: every
+running request must progress at least as fast as without drafts, then the highest token rate wins);
+``auto``, the online switch of ``schedule: "auto"`` (``sam.auto_switch``, the same compiled code as in
+the engine), which knows neither: it sees each step's batch, its time (with multiplicative noise,
+``observe_noise``) and the fluid expectation of its accepted tokens.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from pathlib import Path
 import numpy as np
 from numba import njit
 
+from sam import auto_switch
 from sam.switch import acceptance_by_k, choose_k_arrays, expected_distinct_experts, k_by_batch_array
 
 ANCHOR_CSV = "anchors/step_cost_h200_2026-11-30.csv"
@@ -392,11 +400,47 @@ def _bin_of(pos, edges):
     return i
 
 
-@njit(cache=True)
+SCHEDULE, ORACLE, ONLINE = 0, 1, 2  # how a policy chooses k
+
+
+# Not cached (cache=False): numba's cache would not see a change in sam.auto_switch, which these call.
+@njit
+def _observe_online(cost, accept, b, k, d, t, pos, edges, tok, dr, noise):
+    """What the online switch sees of a step: its time (noisy) and the expected outcome per position."""
+    auto_switch.observe_cost(cost, b, d / b, t * math.exp(noise * np.random.standard_normal()))
+    if k == 0:
+        return
+    drafted_at = np.zeros(k + 1)
+    accepted_at = np.zeros(k + 1)
+    for r in range(b):
+        i = _bin_of(pos[r], edges)
+        for j in range(1, k + 1):
+            drafted_at[j] += dr[j, i] - dr[j - 1, i]
+            accepted_at[j] += tok[j, i] - tok[j - 1, i]
+    auto_switch.observe_acceptance(accept, k, b, drafted_at, accepted_at)
+
+
+@njit
 def _simulate_replica(
-    lengths, prompt_len, max_num_seqs, ms, q_step, ctx_step, tok, dr, edges, k_by_batch, auto, tail_batch, trace_cap
+    lengths,
+    prompt_len,
+    max_num_seqs,
+    ms,
+    q_step,
+    ctx_step,
+    tok,
+    dr,
+    edges,
+    k_by_batch,
+    mode,
+    step_overhead_ms,
+    tail_batch,
+    trace_cap,
+    observe_noise,
+    seed,
 ):
     """Returns (wall ms, tail ms, steps, tail steps, steps with drafts, tokens, trace[t_end, batch, k])."""
+    np.random.seed(seed)
     n = lengths.shape[0]
     max_k = tok.shape[0] - 1
     pos = np.zeros(max_num_seqs)
@@ -413,6 +457,8 @@ def _simulate_replica(
     step_ms = np.zeros(max_k + 1)
     min_tok = np.zeros(max_k + 1)
     sum_tok = np.zeros(max_k + 1)
+    cost = np.zeros((auto_switch.NUM_BUCKETS, auto_switch.COST_FIELDS))
+    accept = np.zeros((max_k + 1, auto_switch.ACCEPT_FIELDS))
     while nxt < n or running > 0:
         while running < max_num_seqs and nxt < n:  # continuous batching: refill free slots
             pos[running] = 0.0
@@ -423,7 +469,7 @@ def _simulate_replica(
         ctx = prompt_len
         for r in range(b):
             ctx += pos[r] / b
-        if auto:
+        if mode == ORACLE:
             for k in range(max_k + 1):
                 min_tok[k] = 1e30
                 sum_tok[k] = 0.0
@@ -433,14 +479,18 @@ def _simulate_replica(
                     min_tok[k] = min(min_tok[k], tok[k, i])
                     sum_tok[k] += tok[k, i]
                     d += dr[k, i]
-                step_ms[k] = _grid_cost(ms, q_step, ctx_step, b, 1.0 + d / b, ctx)
+                step_ms[k] = _grid_cost(ms, q_step, ctx_step, b, 1.0 + d / b, ctx) + step_overhead_ms
             k = choose_k_arrays(step_ms, min_tok, sum_tok)
+        elif mode == ONLINE:
+            k = auto_switch.choose_k(cost, accept, b, max_k)
         else:
             k = k_by_batch[min(b, k_by_batch.shape[0] - 1)]
         d = 0.0
         for r in range(b):
             d += dr[k, _bin_of(pos[r], edges)]
-        t = _grid_cost(ms, q_step, ctx_step, b, 1.0 + d / b, ctx)
+        t = _grid_cost(ms, q_step, ctx_step, b, 1.0 + d / b, ctx) + step_overhead_ms
+        if mode == ONLINE:  # before the step's tokens move the positions
+            _observe_online(cost, accept, b, k, d, t, pos, edges, tok, dr, observe_noise)
         r = 0
         while r < running:
             adv = tok[k, _bin_of(pos[r], edges)]
@@ -499,30 +549,51 @@ def split_replicas(lengths: np.ndarray, replicas: int) -> list[np.ndarray]:
 @dataclass
 class Policy:
     name: str
-    k_by_batch: np.ndarray | None = None  # None with auto
-    auto: bool = False
+    k_by_batch: np.ndarray  # k per batch size (index 0 unused); ignored by the oracle and online modes
+    mode: int = SCHEDULE
+    step_overhead_ms: float = 0.0  # added to every step (SAM configured: no async scheduling)
 
 
-def policies_for(setup: RolloutSetup, k: int, thresholds=(4, 8, 16, 32), schedules: dict | None = None):
-    off = Policy("off", np.zeros(setup.max_num_seqs + 1, dtype=np.int64))
-    out = [off]
+def policies_for(
+    setup: RolloutSetup,
+    k: int,
+    thresholds=(4, 8, 16, 32),
+    schedules: dict | None = None,
+    sam_step_overhead_ms: float = 0.0,
+):
+    """off, the thresholds, the oracle, the online switch (``auto``) and the given schedules; every policy
+    but off pays ``sam_step_overhead_ms`` per step."""
+    none = np.zeros(setup.max_num_seqs + 1, dtype=np.int64)
+    sam = sam_step_overhead_ms
+    out = [Policy("off", none)]
     for t in thresholds:
-        arr = np.zeros(setup.max_num_seqs + 1, dtype=np.int64)
+        arr = none.copy()
         arr[1 : t + 1] = k
-        out.append(Policy(f"threshold {t}", arr))
-    out.append(Policy("auto", np.zeros(setup.max_num_seqs + 1, dtype=np.int64), auto=True))
+        out.append(Policy(f"threshold {t}", arr, step_overhead_ms=sam))
+    out.append(Policy("oracle", none, ORACLE, sam))
+    out.append(Policy("auto", none, ONLINE, sam))
     for name, sched in (schedules or {}).items():
-        out.append(Policy(name, k_by_batch_array(sched, setup.max_num_seqs)))
+        out.append(Policy(name, k_by_batch_array(sched, setup.max_num_seqs), step_overhead_ms=sam))
     return out
 
 
+OBSERVE_NOISE = 0.1  # the online switch's step timings: lognormal, sigma 10% (a shared host)
+
+
 def simulate(
-    setup: RolloutSetup, lengths: np.ndarray, grid: CostGrid, profile_tables, policy: Policy, trace_cap: int = 0
+    setup: RolloutSetup,
+    lengths: np.ndarray,
+    grid: CostGrid,
+    profile_tables,
+    policy: Policy,
+    trace_cap: int = 0,
+    observe_noise: float = OBSERVE_NOISE,
+    seed: int = 0,
 ) -> dict:
     """One rollout step over all replicas; wall time is the slowest replica's."""
     edges, tok, dr = profile_tables
     per = []
-    for rl in split_replicas(lengths, setup.replicas):
+    for replica, rl in enumerate(split_replicas(lengths, setup.replicas)):
         wall, tail, steps, tail_steps, spec, emitted, trace = _simulate_replica(
             rl,
             float(setup.prompt_len),
@@ -534,9 +605,12 @@ def simulate(
             dr,
             edges,
             policy.k_by_batch,
-            policy.auto,
+            policy.mode,
+            policy.step_overhead_ms,
             setup.tail_batch,
             trace_cap,
+            observe_noise,
+            seed * 1000 + replica,
         )
         per.append(
             dict(
@@ -565,10 +639,16 @@ def simulate(
 
 
 def compare(
-    setup: RolloutSetup, lengths, grid: CostGrid, profile_tables, policies: list[Policy], trace_cap: int = 0
+    setup: RolloutSetup,
+    lengths,
+    grid: CostGrid,
+    profile_tables,
+    policies: list[Policy],
+    trace_cap: int = 0,
+    seed: int = 0,
 ) -> list[dict]:
     """Each policy against off: wall time, reduction, and tail speed-up (time in steps with batch <= tail)."""
-    runs = [simulate(setup, lengths, grid, profile_tables, p, trace_cap) for p in policies]
+    runs = [simulate(setup, lengths, grid, profile_tables, p, trace_cap, seed=seed) for p in policies]
     base = next(r for r in runs if r["policy"] == "off")
     for r in runs:
         r["reduction"] = 1.0 - r["wall_s"] / base["wall_s"]

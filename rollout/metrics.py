@@ -50,6 +50,7 @@ class SamMetrics:
         self.decode_row_steps = 0  # decode rows seen (one per request per step)
         self.started = 0
         self.finished = 0
+        self.peak_drafter_nbytes = 0  # sampled every NBYTES_EVERY calls
 
     def as_dict(self) -> dict:
         m = max(self.num_measured_drafts, 1)
@@ -73,6 +74,7 @@ class SamMetrics:
             "decode_row_steps": self.decode_row_steps,
             "requests_started": self.started,
             "requests_finished": self.finished,
+            "peak_drafter_nbytes": self.peak_drafter_nbytes,
         }
 
 

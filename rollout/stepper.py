@@ -23,6 +23,8 @@ from sam import BatchDrafter
 from sam.auto_switch import AutoSwitch
 from sam.switch import ScheduleSwitch, threshold_schedule
 
+NBYTES_EVERY = 64  # calls between two readings of the drafter's bytes (a sum over its automata)
+
 
 def prompt_group_key(prompt: np.ndarray) -> tuple[int, bytes]:
     """GRPO siblings share the prompt token ids; hash them to a group key."""
@@ -117,6 +119,8 @@ class SamStepper:
                 m.steps_on += 1
                 self._propose(req_ids, decode_rows, lengths, kk, out)
         self._last_call = t0
+        if m.calls % NBYTES_EVERY == 0:
+            m.peak_drafter_nbytes = max(m.peak_drafter_nbytes, self.drafter.nbytes)
         self._account_time(self._clock() - t0)
         return out
 
@@ -203,5 +207,6 @@ class SamStepper:
         out = self.metrics.as_dict()
         out["live_requests"] = len(self.drafter)
         out["drafter_nbytes"] = int(self.drafter.nbytes)
+        out["peak_drafter_nbytes"] = max(self.metrics.peak_drafter_nbytes, out["drafter_nbytes"])
         out["switch"] = self.switch.report()
         return out

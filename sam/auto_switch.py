@@ -13,9 +13,11 @@ What is learnt, from the steps themselves (clean steps only: no request started,
   their mean draft tokens per request, which give ``s = (drafted / plain - 1) / d``;
 - per draft position, ``a_j`` and ``f_j`` over the rows of the steps that asked for position j,
   decayed per such step, so that they follow the batch as its requests move along their responses.
-A new bucket runs ``MIN_WEIGHT`` plain steps, then as many full (k = K) steps, then decides. A bucket
-then tries the other choice once every ``EXPLORE_EVERY`` of its steps (plain while it drafts, K while
-it does not) so that a drift in cost or acceptance is seen: under 1% of steps.
+A bucket that has not learnt its own s yet borrows the nearest bucket's when the answer is clear (drafting
+pays at that cost, or would not pay at half of it); otherwise it measures itself: two plain steps, then
+two full (k = K) steps. Every bucket tries the other choice once every ``EXPLORE_EVERY`` of its steps
+(plain while it drafts, K while it does not), so that it learns its own s and sees a drift in cost or
+acceptance: under 1% of steps.
 
 All state is plain float64 arrays updated by compiled functions (the rollout simulator runs the same
 functions); :class:`AutoSwitch` holds them for an engine. vLLM uses the driver rank's drafts only
@@ -64,6 +66,18 @@ def slope(cost, bucket):
 
 
 @njit(cache=True)
+def nearest_slope(cost, bucket):
+    """s of the nearest bucket that knows its own; -1.0 when none does."""
+    for dist in range(1, NUM_BUCKETS):
+        for b in (bucket - dist, bucket + dist):
+            if 0 <= b < NUM_BUCKETS:
+                s = slope(cost, b)
+                if s >= 0.0:
+                    return s
+    return -1.0
+
+
+@njit(cache=True)
 def expected_per_request(accept, k):
     """(tokens emitted, draft tokens verified) per request when asking for k drafts; positions without
     evidence count as fully drafted and accepted (optimistic: drafting is how they are learnt)."""
@@ -80,11 +94,8 @@ def expected_per_request(accept, k):
 
 
 @njit(cache=True)
-def best_k(cost, accept, bucket, max_k):
-    """The k with the most expected tokens per second in a bucket (0 below MARGIN, or when s is unknown)."""
-    s = slope(cost, bucket)
-    if s < 0.0:
-        return 0
+def best_k_at(accept, s, max_k):
+    """The k with the most expected tokens per second at relative cost s per draft token (0 below MARGIN)."""
     k_best, gain_best = 0, 1.0
     for k in range(1, max_k + 1):
         tokens, drafts = expected_per_request(accept, k)
@@ -95,15 +106,29 @@ def best_k(cost, accept, bucket, max_k):
 
 
 @njit(cache=True)
+def best_k(cost, accept, bucket, max_k):
+    """What a bucket would choose now, before any try of the other choice.
+
+    With its own s: the best k at that cost. Without: the nearest bucket's s decides when it is clear
+    (drafting pays at the neighbour's cost, or would not pay even at half of it); otherwise, or with
+    nothing learnt anywhere, the bucket measures itself: plain steps first, then full ones."""
+    s = slope(cost, bucket)
+    if s >= 0.0:
+        return best_k_at(accept, s, max_k)
+    near = nearest_slope(cost, bucket)
+    if near >= 0.0:
+        k = best_k_at(accept, near, max_k)
+        if k > 0 or best_k_at(accept, 0.5 * near, max_k) == 0:
+            return k
+    return 0 if cost[bucket, PLAIN_W] < MIN_WEIGHT else max_k
+
+
+@njit(cache=True)
 def choose_k(cost, accept, batch, max_k):
     """Draft tokens per request for a step scheduling ``batch`` requests."""
     b = bucket_of(batch)
-    c = cost[b]
-    if c[PLAIN_W] < MIN_WEIGHT:  # a new bucket: plain steps first, then full ones
-        return 0
-    if c[DRAFTED_W] < MIN_WEIGHT:
-        return max_k
     k = best_k(cost, accept, b, max_k)
+    c = cost[b]
     c[SINCE_TRY] += 1.0
     if c[SINCE_TRY] >= EXPLORE_EVERY:
         c[SINCE_TRY] = 0.0

