@@ -25,6 +25,8 @@ COUNTERS = (
     "num_measured_drafts",
     "num_accepted_tokens",
     "decode_row_steps",
+    "requests_started",
+    "requests_finished",
 )
 
 
@@ -109,7 +111,10 @@ class SamStepTracker:
             for n, v in counters_delta(snap, self._previous.get(key)).items():
                 total[n] += v
             self._previous[key] = snap
-        return step_metrics_from_deltas(total, engines=len(snapshots))
+        out = step_metrics_from_deltas(total, engines=len(snapshots))
+        # requests the drafters hold now: the last engine step's finishers are freed with the next step
+        out[f"{METRIC_PREFIX}live_requests"] = float(sum(s.get("live_requests", 0) for s in snapshots.values()))
+        return out
 
 
 def step_metrics_from_deltas(d: Mapping[str, float], engines: int) -> dict[str, float]:
@@ -125,5 +130,7 @@ def step_metrics_from_deltas(d: Mapping[str, float], engines: int) -> dict[str, 
         f"{p}drafter_s": d["drafter_seconds"] / engines,
         f"{p}draft_tokens": d["num_draft_tokens"],
         f"{p}accepted_tokens": accepted,
+        f"{p}requests_started": d["requests_started"],
+        f"{p}requests_finished": d["requests_finished"],
         f"{p}engines": float(engines),
     }

@@ -206,7 +206,7 @@ class AutoSwitch:
                 gains = []
                 for k in range(self.max_k + 1):
                     tokens, drafts = expected_per_request(self.accept, k)
-                    gains.append(round(tokens / (1.0 + s * drafts), 4))
+                    gains.append(round(float(tokens / (1.0 + s * drafts)), 4))
             buckets[f"{lo}-{hi}"] = {
                 "steps_by_k": self.chosen[b].tolist(),
                 "k_now": int(best_k(self.cost, self.accept, int(b), self.max_k)),
@@ -220,7 +220,7 @@ class AutoSwitch:
         accept = []
         for j in range(1, self.max_k + 1):
             asked = self.accept[j, ASKED]
-            accept.append(round(self.accept[j, ACCEPTED] / asked, 4) if asked > 0 else None)
+            accept.append(round(float(self.accept[j, ACCEPTED] / asked), 4) if asked > 0 else None)
         return {"acceptance_by_position": accept, "buckets": buckets}
 
 

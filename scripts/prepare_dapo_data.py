@@ -26,7 +26,11 @@ def main(argv=None) -> int:
     p.add_argument("--shared", type=Path, default=data.default_shared(), help="shared data folder (local source)")
     p.add_argument("--limit", type=int, default=0, help="keep only the first N training rows (smoke runs)")
     p.add_argument("--seed", type=int, default=0, help="seed of the arithmetic set")
+    p.add_argument("--arithmetic-only", action="store_true", help="only the CPU preset's set (no shared data needed)")
     args = p.parse_args(argv)
+    write_arithmetic(args)
+    if args.arithmetic_only:
+        return 0
     try:
         train, val = data.read_local(args.shared) if args.source == "local" else data.read_hub()
     except FileNotFoundError as e:
@@ -37,13 +41,14 @@ def main(argv=None) -> int:
         rows = rows[: args.limit]
     data.write_parquet(rows, args.out / data.TRAIN_NAME)
     data.write_parquet(data.val_rows(val), args.out / data.VAL_NAME)
-    data.write_parquet(
-        data.arithmetic_rows(ARITHMETIC_TRAIN_ROWS, args.seed, "train"), args.out / data.ARITHMETIC_TRAIN_NAME
-    )
-    data.write_parquet(
-        data.arithmetic_rows(ARITHMETIC_VAL_ROWS, args.seed + 1, "test"), args.out / data.ARITHMETIC_VAL_NAME
-    )
     return 0
+
+
+def write_arithmetic(args) -> None:
+    train = data.arithmetic_rows(ARITHMETIC_TRAIN_ROWS, args.seed, "train")
+    val = data.arithmetic_rows(ARITHMETIC_VAL_ROWS, args.seed + 1, "test")
+    data.write_parquet(train, args.out / data.ARITHMETIC_TRAIN_NAME)
+    data.write_parquet(val, args.out / data.ARITHMETIC_VAL_NAME)
 
 
 if __name__ == "__main__":

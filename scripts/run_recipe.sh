@@ -10,7 +10,8 @@
 #   TEST_FILE         default $DATA_DIR/aime-2024.parquet
 #   SAM_LAUNCHER      local (default: run on this Ray head / single node) or ray-job (ray job submit)
 #   RAY_ADDRESS       Ray dashboard address for ray-job (default http://127.0.0.1:8265)
-#   VERL_RECIPE_PATH  directory holding a verl-recipe checkout named recipe/ (unless the image has it)
+#   SAM_TRAINER       core (default: verl.trainer.main_ppo) or dapo-recipe (verl-recipe's main_dapo)
+#   VERL_RECIPE_PATH  with dapo-recipe: directory holding a verl-recipe checkout named recipe/
 #   SAM_VERL_PYTHON   Python with verl 0.9.1 (default: .venv-verl/bin/python if present, else python3)
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
@@ -25,7 +26,7 @@ overrides=()
 for arg in "$@"; do
   case "$arg" in
     --dry-run) dry_run=(--dry-run) ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     -*) echo "error: unknown option $arg (options: --dry-run; everything else is a Hydra override)" >&2; exit 2 ;;
     *) overrides+=("$arg") ;;
   esac
@@ -46,6 +47,7 @@ fi
 
 cd "$repo"
 PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}" exec "$python" -m rollout.verl.launch \
-  --recipe "$recipe" --config-name "$config_name" --launcher "${SAM_LAUNCHER:-local}" "${dry_run[@]}" -- \
+  --recipe "$recipe" --config-name "$config_name" --trainer "${SAM_TRAINER:-core}" \
+  --launcher "${SAM_LAUNCHER:-local}" "${dry_run[@]}" -- \
   "actor_rollout_ref.model.path=$MODEL_PATH" "data.train_files=$train_file" "data.val_files=$test_file" \
   "${overrides[@]}"

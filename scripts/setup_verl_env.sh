@@ -28,6 +28,8 @@ pip=("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -c "$
 # verl 0.9.1's import-time needs on CPU beyond its base requirements (its verl-core extra would add
 # torchcodec, nvtx, TransferQueue, ... which a CPU test does not use).
 "${pip[@]}" "verl==0.9.1" cachetools fastapi uvicorn hydra-core omegaconf pytest
+# verl's V1 trainer (the core default) stores rollouts in TransferQueue (pure Python)
+"${pip[@]}" "transferqueue==0.1.11"
 # PyPI's torchvision/torchaudio/torchcodec break beside the CPU torch wheel; verl and vLLM import
 # them only for multimodal paths.
 "$VENV/bin/python" -m pip uninstall --quiet -y torchvision torchaudio torchcodec || true

@@ -12,17 +12,20 @@ from rollout.verl import dapo_data
 
 
 def question_of(row: dict) -> str:
-    text = row["prompt"][0]["content"]
+    text = row["prompt"][-1]["content"]
     assert text.startswith(dapo_data.INSTRUCTION_HEAD) and text.endswith(dapo_data.INSTRUCTION_TAIL)
     return text[len(dapo_data.INSTRUCTION_HEAD) : -len(dapo_data.INSTRUCTION_TAIL)]
 
 
 def test_arithmetic_rows_hold_the_right_answers():
     rows = dapo_data.arithmetic_rows(500, seed=3, split="train")
-    assert len(rows) == 500 and len({question_of(r) for r in rows}) > 300
+    assert len(rows) == 500 and len({question_of(r) for r in rows}) > 100  # 81 sums and 81 products
+    examples = rows[0]["prompt"][:-1]  # worked examples first, as earlier chat turns
+    assert [m["role"] for m in examples] == ["user", "assistant"] * len(dapo_data.ARITHMETIC_EXAMPLES)
+    assert all(builtin_score(m["content"], m["content"].rsplit(" ", 1)[1]).correct for m in examples[1::2])
     for i, row in enumerate(rows):
-        a, op, b = re.fullmatch(r"What is (\d+) (\+|-|times) (\d+)\?", question_of(row)).groups()
-        expected = {"+": int(a) + int(b), "-": int(a) - int(b), "times": int(a) * int(b)}[op]
+        a, op, b = re.fullmatch(r"What is (\d) (\+|\*) (\d)\?", question_of(row)).groups()
+        expected = int(a) + int(b) if op == "+" else int(a) * int(b)
         truth = row["reward_model"]["ground_truth"]
         assert truth == str(expected) and int(truth) >= 0
         assert row["data_source"] == "math_dapo" and row["extra_info"] == {"index": i, "split": "train"}

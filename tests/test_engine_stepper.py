@@ -244,3 +244,28 @@ def test_auto_schedule_setting():
         SamSettings.from_mapping(3, {"schedule": "fast"})
     with pytest.raises(ValueError, match="either threshold or schedule"):
         SamSettings.from_mapping(3, {"schedule": "auto", "threshold": 8})
+
+
+@pytest.mark.parametrize("switch", [{"threshold": 8}, {"threshold": None, "schedule": "auto"}])
+def test_the_snapshot_is_plain_data(switch):
+    """sam_spec_metrics crosses vLLM's RPC (msgspec), which refuses numpy scalars: plain JSON types only."""
+    st = SamStepper(settings(**switch), max_model_len=W)
+    b = Batch()
+    b.add("a", PERIOD * 2)
+    for _ in range(6):
+        out = step(st, b, [[9]])
+        b.append(0, (out[0] or [])[:1] + [PERIOD[b.len[0] % 5]])
+    assert_plain(st.snapshot())
+
+
+def assert_plain(value, where="snapshot"):
+    """Only dict, list, str, int, float, bool and None, exactly (numpy.float64 subclasses float)."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            assert type(key) is str, where
+            assert_plain(item, f"{where}.{key}")
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            assert_plain(item, f"{where}[{i}]")
+    else:
+        assert value is None or type(value) in (str, int, float, bool), (where, type(value))

@@ -6,18 +6,16 @@ vllm-ascend (0.23 and main) never dispatches ``custom_class``, so SAM rides its 
     additional_config={"sam_spec": {...}}     # presence of "sam_spec" selects SAM over n-gram
 
 ``register()`` (from the plugin when vllm_ascend is installed) patches ``NPUModelRunner._get_drafter``
-as soon as ``vllm_ascend.worker.model_runner_v1`` is imported (directly if it already is, else through
-an import hook) to build a SAM subclass of vllm-ascend's n-gram proposer. Finished requests reach it
-through vLLM's runner patch (``rollout.vllm.runner_patch``), which NPUModelRunner inherits. The
-contract is checked against the released vllm-ascend source by tests/test_ascend_contract.py; not run
-on an NPU here. Details: docs/vllm-hooks.md.
+as soon as ``vllm_ascend.worker.model_runner_v1`` is imported (``rollout.import_hooks``) to build a SAM
+subclass of vllm-ascend's n-gram proposer. Finished requests reach it through vLLM's runner patch
+(``rollout.vllm.runner_patch``), which NPUModelRunner inherits. The contract is checked against the
+released vllm-ascend source by tests/test_ascend_contract.py; not run on an NPU here. Details:
+docs/vllm-hooks.md.
 """
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.util
-import sys
+from rollout.import_hooks import after_import
 
 # Only the import hook runs at plugin load (every vLLM process: it must stay cheap and import no
 # numba); the rest is imported when vllm-ascend's runner module is.
@@ -122,30 +120,6 @@ def apply() -> bool:
     return True
 
 
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Run ``apply()`` right after the vllm-ascend runner module has been executed."""
-
-    def find_spec(self, fullname, path, target=None):
-        if fullname != RUNNER_MODULE:
-            return None
-        sys.meta_path.remove(self)  # one shot; also keeps find_spec below from recursing
-        spec = importlib.util.find_spec(fullname)
-        if spec is None or spec.loader is None:
-            return spec
-        loader = spec.loader
-        orig_exec = loader.exec_module
-
-        def exec_module(module):
-            orig_exec(module)
-            apply()
-
-        loader.exec_module = exec_module
-        return spec
-
-
 def register() -> None:
     """Cheap and idempotent; safe in every process."""
-    if RUNNER_MODULE in sys.modules:
-        apply()
-    elif not any(isinstance(f, _AfterImport) for f in sys.meta_path):
-        sys.meta_path.insert(0, _AfterImport())
+    after_import(RUNNER_MODULE, apply)

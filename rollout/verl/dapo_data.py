@@ -117,20 +117,33 @@ ARITHMETIC_TRAIN_NAME = "arithmetic-train.parquet"
 ARITHMETIC_VAL_NAME = "arithmetic-val.parquet"
 
 
+# Worked examples as earlier chat turns: a 135M model copies the "Answer:" line from them (asked bare,
+# it answered 0 of 64 questions in the format math_dapo reads).
+ARITHMETIC_EXAMPLES = (
+    ("What is 2 + 2?", "2 + 2 = 4\nAnswer: 4"),
+    ("What is 3 * 3?", "3 * 3 = 9\nAnswer: 9"),
+    ("What is 5 + 1?", "5 + 1 = 6\nAnswer: 6"),
+)
+
+
 def arithmetic_problem(rng: random.Random) -> tuple[str, int]:
-    """One question of one or two small operands and its answer."""
-    kind = rng.choice(("add", "add", "sub", "mul"))
-    if kind == "add":
-        a, b = rng.randint(1, 50), rng.randint(1, 50)
+    """A sum or a product of two digits, and its value."""
+    a, b = rng.randint(1, 9), rng.randint(1, 9)
+    if rng.random() < 2 / 3:
         return f"What is {a} + {b}?", a + b
-    if kind == "sub":
-        a, b = rng.randint(10, 99), rng.randint(1, 9)
-        return f"What is {a} - {b}?", a - b
-    a, b = rng.randint(2, 9), rng.randint(2, 9)
-    return f"What is {a} times {b}?", a * b
+    return f"What is {a} * {b}?", a * b
 
 
 def arithmetic_rows(count: int, seed: int, split: str) -> list[dict]:
-    """``count`` easy arithmetic rows in the DAPO format (data_source math_dapo: verl's math_dapo scorer)."""
+    """``count`` easy arithmetic rows in the DAPO format (data_source math_dapo: verl's math_dapo scorer),
+    each prompt preceded by the worked examples."""
     rng = random.Random(seed)
-    return [verl_row(*arithmetic_problem(rng), "math_dapo", split, i) for i in range(count)]
+    examples = []
+    for question, answer in ARITHMETIC_EXAMPLES:
+        examples += [{"role": "user", "content": dapo_prompt(question)}, {"role": "assistant", "content": answer}]
+    rows = []
+    for i in range(count):
+        row = verl_row(*arithmetic_problem(rng), "math_dapo", split, i)
+        row["prompt"] = examples + row["prompt"]
+        rows.append(row)
+    return rows

@@ -13,7 +13,7 @@ import weakref
 from collections.abc import Mapping
 from typing import Any
 
-from rollout.metrics import SamStepTracker
+from rollout.metrics import METRIC_PREFIX, SamStepTracker
 
 logger = logging.getLogger(__name__)
 
@@ -41,11 +41,28 @@ def wrap() -> None:
     def log(self, data, step, *args, **kwargs):
         if is_training_step(data):
             data = {**data, **_tracker.step_metrics(poll_replicas())}
+            print(step_summary(step, data), flush=True)
         return original(self, data, step, *args, **kwargs)
 
     setattr(log, _MARK, True)
     log.__wrapped__ = original
     Tracking.log = log
+
+
+SUMMARY = (  # (label, metric key, format): what an RL user looks at first, one line per step
+    ("reward", "critic/score/mean", "{:.3f}"),
+    ("rollout s", "timing_s/gen", "{:.1f}"),
+    ("step s", "timing_s/step", "{:.1f}"),
+    ("response tokens", "response_length/mean", "{:.1f}"),
+    ("SAM acceptance", f"{METRIC_PREFIX}acceptance_length", "{:.2f}"),
+    ("speculation on", f"{METRIC_PREFIX}spec_on_fraction", "{:.0%}"),
+)
+
+
+def step_summary(step, data: Mapping[str, Any]) -> str:
+    """``[sam] step 3: reward 0.250, rollout s 64.5, ...``; metrics a run does not have are left out."""
+    parts = [f"{label} {fmt.format(data[key])}" for label, key, fmt in SUMMARY if key in data]
+    return f"[sam] step {step}: " + ", ".join(parts)
 
 
 def is_training_step(data: Mapping[str, Any]) -> bool:

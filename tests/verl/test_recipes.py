@@ -12,11 +12,12 @@ from omegaconf import OmegaConf  # noqa: E402
 from rollout.verl import launch  # noqa: E402
 from rollout.verl.launch import RecipeError  # noqa: E402
 
-# (recipe, config, threshold, k, max_num_seqs, rollout TP, train batch, gen batch, nodes, strategy)
+# (recipe, config, threshold, k, max_num_seqs, rollout TP, train batch, prompts in flight (train batches), nodes,
+# strategy): the published generation batch (96, 1536, 128 prompts) as V1's max_inflight_gen_batches
 PUBLISHED = [
-    ("dapo_qwen3_32b", "dapo_qwen3_32b", 8, 3, 128, 8, 32, 96, 2, "fsdp"),
-    ("dapo_qwen3_32b", "dapo_qwen3_32b_8node", 4, 4, 256, 8, 512, 1536, 8, "fsdp"),
-    ("dapo_qwen3_235b", "dapo_qwen3_235b", 8, 3, 64, 4, 128, 128, 8, "megatron"),
+    ("dapo_qwen3_32b", "dapo_qwen3_32b", 8, 3, 128, 8, 32, 3, 2, "fsdp"),
+    ("dapo_qwen3_32b", "dapo_qwen3_32b_8node", 4, 4, 256, 8, 512, 3, 8, "fsdp"),
+    ("dapo_qwen3_235b", "dapo_qwen3_235b", 8, 3, 64, 4, 128, 1, 8, "megatron"),
 ]
 
 
@@ -47,7 +48,8 @@ def test_published_setup(inputs, recipe, name, threshold, k, seqs, tp, train, ge
     assert vllm["additional_config"]["sam_spec"]["threshold"] == threshold
     assert vllm["additional_config"]["sam_spec"]["group_aware"] is True
     assert (rollout.max_num_seqs, rollout.tensor_model_parallel_size) == (seqs, tp)
-    assert (cfg.data.train_batch_size, cfg.data.gen_batch_size) == (train, gen)
+    assert cfg.data.train_batch_size == train and cfg.data.get("gen_batch_size") is None
+    assert cfg.algorithm.filter_groups.max_inflight_gen_batches == gen
     assert (cfg.trainer.nnodes, cfg.trainer.n_gpus_per_node, cfg.trainer.device) == (nodes, 16, "npu")
     assert cfg.actor_rollout_ref.actor.strategy == strategy
     assert rollout.enforce_eager is True
@@ -151,7 +153,23 @@ def test_invalid_overrides_fail_early(inputs, override, message):
         resolved("dapo_qwen3_32b", "dapo_qwen3_32b", inputs, override)
 
 
-def test_training_command_is_verl_recipes_dapo_entry(inputs):
+def test_training_command_is_verl_cores_trainer(inputs):
     cmd = launch.training_command("dapo_qwen3_32b", "dapo_qwen3_32b", ["sam.threshold=4"])
-    assert cmd[1:3] == ["-m", "recipe.dapo.main_dapo"]
-    assert cmd[-1] == "sam.threshold=4"
+    assert cmd[1:3] == ["-m", "verl.trainer.main_ppo"]
+    assert cmd[3] == f"--config-path={launch.recipe_dir('dapo_qwen3_32b')}" and cmd[-1] == "sam.threshold=4"
+    dapo = launch.training_command("dapo_qwen3_32b", "dapo_qwen3_32b", [], trainer="dapo-recipe")
+    assert dapo[1:3] == ["-m", "recipe.dapo.main_dapo"]
+
+
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        ("algorithm.filter_groups.max_num_gen_batches=10", "max_num_gen_batches=10 is ignored by verl's V1 trainer"),
+        ("+data.gen_batch_size=96", "max_inflight_gen_batches=3 for about as many prompts"),
+    ],
+)
+def test_settings_v1_would_ignore_fail_early(inputs, override, message):
+    with pytest.raises(RecipeError, match=message):
+        resolved("dapo_qwen3_32b", "dapo_qwen3_32b", inputs, override)
+    # verl-recipe's main_dapo reads them: allowed there
+    launch.load_recipe("dapo_qwen3_32b", "dapo_qwen3_32b", [*inputs, override], trainer="dapo-recipe")

@@ -20,7 +20,9 @@ RUN_SCRIPTS = [
     "run_dapo_qwen3_235b_sam.sh",
     "run_dapo_qwen3_235b_baseline.sh",
 ]
-OUR_SCRIPTS = [*RUN_SCRIPTS, "run_recipe.sh", "submit_ray_job.sh", "setup_verl_env.sh", "test_verl.sh"]
+CPU_SCRIPTS = ["run_dapo_smollm2_cpu_sam.sh", "run_dapo_smollm2_cpu_baseline.sh"]
+OUR_SCRIPTS = [*RUN_SCRIPTS, *CPU_SCRIPTS, "run_cpu_preset.sh", "run_recipe.sh", "submit_ray_job.sh",
+               "setup_verl_env.sh", "test_verl.sh", "device_checks.sh"]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +51,7 @@ def test_dry_run(script, env):
     out = run(script, "--dry-run", env=env)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "# dry run: nothing launched" in out.stdout
-    assert "-m recipe.dapo.main_dapo" in out.stdout
+    assert "-m verl.trainer.main_ppo --config-path=" in out.stdout
     sam = "_sam.sh" in script
     assert ("speculative_config:" in out.stdout) is sam
     assert ("sam=enabled" if sam else "sam=disabled") in out.stdout
@@ -75,16 +77,53 @@ def test_ray_job_submission_dry_run(env):
         "submit_ray_job.sh",
         os.path.join(REPO, "scripts", "run_dapo_qwen3_235b_sam.sh"),
         "--dry-run",
+        "sam.threshold=4",
         env=env,
         RAY_ADDRESS="http://head:8265",
         VERL_RECIPE_PATH="/opt/verl-recipe",
     )
     assert out.returncode == 0, out.stderr[-2000:]
     command = out.stdout.split("# command:\n", 1)[1].splitlines()[0]
-    assert command.startswith("ray job submit --address=http://head:8265 ")
-    assert "--no-wait -- python3 -m recipe.dapo.main_dapo" in command
+    assert " -m ray.scripts.scripts job submit --address=http://head:8265 " in command
+    # the job runs this launcher on the cluster, which builds the trainer's command from the paths there
+    entry = command.split(" --no-wait -- ", 1)[1]
+    assert entry.startswith("python3 -m rollout.verl.launch --recipe dapo_qwen3_235b --trainer core")
+    assert "--launcher local" in entry and entry.endswith("sam.threshold=4") and REPO not in entry.split()[0]
+    assert f"--working-dir={REPO}" in command
     assert '"worker_process_setup_hook": "rollout.verl.hook.install"' in command
+    assert '"RAY_OVERRIDE_JOB_RUNTIME_ENV": "1"' in command
     assert '"py_modules": ["/opt/verl-recipe/recipe"]' in command
+
+
+@pytest.mark.parametrize("script", CPU_SCRIPTS)
+def test_cpu_preset_dry_run(script, tmp_path):
+    """The CPU preset prepares its own model and data (no MODEL_PATH, no shared data) and passes every check."""
+    out = run(script, "--dry-run", "trainer.total_training_steps=2", DATA_DIR=str(tmp_path), MODEL_PATH="")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert (tmp_path / "arithmetic-train.parquet").is_file() and (tmp_path / "arithmetic-val.parquet").is_file()
+    assert "-m verl.trainer.main_ppo" in out.stdout and "device: cpu" in out.stdout
+    assert "total_training_steps: 2" in out.stdout
+    assert ("speculative_config:" in out.stdout) is script.endswith("_sam.sh")
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (("actor_rollout_ref.rollout.enable_sleep_mode=true",), "vLLM has no sleep mode on CPU"),
+        (("ray_kwargs.ray_init.num_gpus=null",), "declare 1 on CPU"),
+        (("ray_kwargs.ray_init.runtime_env.env_vars.VERL_PLATFORM=cuda",), "env_vars.VERL_PLATFORM=cpu"),
+    ],
+)
+def test_cpu_preset_refuses_what_a_cpu_cannot_run(args, message, tmp_path):
+    out = run("run_dapo_smollm2_cpu_sam.sh", "--dry-run", *args, DATA_DIR=str(tmp_path), MODEL_PATH="")
+    assert out.returncode == 2 and message in out.stderr, out.stderr[-2000:]
+
+
+def test_cpu_run_without_the_plugin_is_refused(tmp_path):
+    """verl drops a plugin that fails to load without a word; the launcher names what is missing."""
+    out = run("run_dapo_smollm2_cpu_sam.sh", "--dry-run", DATA_DIR=str(tmp_path), MODEL_PATH="",
+              VERL_USE_EXTERNAL_PLUGINS="none")  # fmt: skip
+    assert out.returncode == 2 and "needs this package's verl plugin" in out.stderr, out.stderr[-2000:]
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,270 @@
+"""A recipe's config, composed and checked before anything launches (the work behind --dry-run).
+
+The config is composed with Hydra against verl's own schema (``pkg://verl.trainer.config``), then
+checked the way verl's trainers check it before training (``OmegaConf.resolve``,
+``verl.utils.config.validate_config``, verl's dataclasses), plus what fails only later on a cluster or
+is silently ignored: the model directory, the data files, SAM's settings, max_model_len against the
+model, settings verl's V1 trainer ignores, and what a CPU run needs. Every failure is a RecipeError
+with a one-line reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rollout.verl.engine_args import check_sam_engine_kwargs
+
+REPO = Path(__file__).resolve().parents[2]
+RECIPES = REPO / "recipes"
+CORE, DAPO_RECIPE = "core", "dapo-recipe"
+# the trainer's entry module; verl-recipe's main_dapo only to reproduce the published generation pattern
+TRAINERS = {CORE: "verl.trainer.main_ppo", DAPO_RECIPE: "recipe.dapo.main_dapo"}
+VERL_PLUGIN = "rollout.verl.plugin"
+
+
+class RecipeError(Exception):
+    """A check failed before anything was launched."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Composition
+# ---------------------------------------------------------------------------------------------
+
+
+def recipe_dir(recipe: str) -> Path:
+    d = RECIPES / recipe
+    if not d.is_dir():
+        known = sorted(p.name for p in RECIPES.iterdir() if p.is_dir())
+        raise RecipeError(f"unknown recipe {recipe!r}; known: {known}")
+    return d
+
+
+def compose_recipe(recipe: str, config_name: str, overrides: Sequence[str]):
+    """The composed (unresolved) config, as the trainer's Hydra main composes it."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    d = recipe_dir(recipe)
+    if not (d / f"{config_name}.yaml").is_file():
+        raise RecipeError(f"no config {config_name!r} in {d}")
+    cwd = os.getcwd()
+    os.chdir(REPO)  # the recipes' search path file://configs is relative to the repository
+    try:
+        with initialize_config_dir(config_dir=str(d), version_base=None):
+            return compose(config_name=config_name, overrides=list(overrides))
+    except (HydraException, OmegaConfBaseException) as e:
+        raise RecipeError(f"invalid override or config: {first_line(e)}") from e
+    finally:
+        os.chdir(cwd)
+
+
+def load_recipe(recipe: str, config_name: str, overrides: Sequence[str], trainer: str = CORE):
+    """Composed, type-checked, resolved and validated config for a trainer. Raises RecipeError."""
+    if trainer not in TRAINERS:
+        raise RecipeError(f"unknown trainer {trainer!r}; known: {sorted(TRAINERS)}")
+    cfg = compose_recipe(recipe, config_name, overrides)
+    check_override_types(compose_recipe(recipe, config_name, []), cfg, overrides)
+    resolve_and_validate(cfg, trainer)
+    return cfg
+
+
+def check_override_types(base, cfg, overrides: Sequence[str]) -> None:
+    """A scalar override keeps the kind of the value it replaces (Hydra accepts clip_ratio_low=oops,
+    and verl's dataclasses do not check it either; it would fail mid-training)."""
+    for override in overrides:
+        key, sep, _ = override.partition("=")
+        if not sep or key.startswith(("+", "~", "hydra.")) or "@" in key:
+            continue
+        before, after = _select(base, key), _select(cfg, key)
+        if before is None or after is None or not isinstance(before, (bool, int, float, str)):
+            continue  # a group, a container, or a nullable value
+        if _kind(before) != _kind(after):
+            raise RecipeError(f"invalid override {override!r}: {key} takes a {_kind(before)}, got {after!r}")
+
+
+def _select(cfg, key: str):
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        return OmegaConf.select(cfg, key, default=None, throw_on_missing=False)
+    except OmegaConfBaseException:
+        return None  # depends on a value given elsewhere (e.g. the model path)
+
+
+def _kind(value) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    return type(value).__name__
+
+
+def first_line(e: BaseException) -> str:
+    text = str(e).strip() or type(e).__name__
+    return text.splitlines()[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# Checks
+# ---------------------------------------------------------------------------------------------
+
+
+def resolve_and_validate(cfg, trainer: str = CORE) -> None:
+    """verl's own checks, in the order its trainers run them, then ours. Raises RecipeError."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+    from verl.experimental.reward_loop import migrate_legacy_reward_impl
+
+    try:
+        migrate_legacy_reward_impl(cfg)  # the trainers do this first (legacy reward_model.* -> reward.*)
+        OmegaConf.resolve(cfg)
+    except OmegaConfBaseException as e:
+        raise RecipeError(f"config does not resolve: {first_line(e)}") from e
+    check_required(cfg)
+    check_verl_schema(cfg)
+    if trainer == CORE:
+        check_v1_settings(cfg)
+    check_sam(cfg)
+    check_model(cfg)
+    check_data(cfg)
+    check_parallelism(cfg)
+    check_cpu(cfg)
+
+
+REQUIRED = ("actor_rollout_ref.model.path", "data.train_files", "data.val_files")
+
+
+def check_required(cfg) -> None:
+    from omegaconf import OmegaConf
+
+    missing = [
+        key
+        for key in REQUIRED
+        if OmegaConf.is_missing(OmegaConf.select(cfg, key.rsplit(".", 1)[0]), key.rsplit(".", 1)[1])
+    ]
+    if missing:
+        raise RecipeError(
+            f"missing values: {missing} (the run scripts set them from MODEL_PATH, TRAIN_FILE, TEST_FILE)"
+        )
+
+
+def check_verl_schema(cfg) -> None:
+    from hydra.errors import InstantiationException
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import omega_conf_to_dataclass, validate_config
+
+    try:
+        validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+        omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout)
+        omega_conf_to_dataclass(cfg.algorithm)
+    except (AssertionError, ValueError, TypeError, KeyError, InstantiationException) as e:
+        raise RecipeError(f"verl rejects the config: {first_line(e)}") from e
+
+
+def check_sam(cfg) -> None:
+    engine_kwargs = dict(cfg.actor_rollout_ref.rollout.engine_kwargs.get("vllm") or {})
+    try:
+        settings = check_sam_engine_kwargs(_plain(engine_kwargs))
+    except (ValueError, TypeError) as e:
+        raise RecipeError(f"invalid SAM setting: {first_line(e)}") from e
+    if bool(cfg.sam.enable) != (settings is not None):
+        raise RecipeError("sam.enable disagrees with the engine kwargs; choose the arm with sam=enabled|disabled")
+
+
+def check_model(cfg) -> None:
+    path = Path(str(cfg.actor_rollout_ref.model.path)).expanduser()
+    config_json = path / "config.json"
+    if not config_json.is_file():
+        raise RecipeError(f"model path {path} has no config.json (set MODEL_PATH to a Hugging Face model directory)")
+    hf = json.loads(config_json.read_text())
+    limit = hf.get("max_position_embeddings")
+    max_model_len = cfg.actor_rollout_ref.rollout.max_model_len
+    if limit is not None and max_model_len is not None and max_model_len > limit:
+        raise RecipeError(f"rollout.max_model_len {max_model_len} exceeds the model's max_position_embeddings {limit}")
+
+
+def check_data(cfg) -> None:
+    for key in ("train_files", "val_files"):
+        value = cfg.data[key]
+        files = [value] if isinstance(value, str) else list(value)
+        for f in files:
+            if "://" in str(f):
+                continue  # remote (hdfs://, s3://): verl copies it at start
+            if not Path(str(f)).expanduser().is_file():
+                raise RecipeError(f"data.{key}: {f} not found (prepare it with scripts/prepare_dapo_data.py)")
+
+
+def check_parallelism(cfg) -> None:
+    rollout, trainer = cfg.actor_rollout_ref.rollout, cfg.trainer
+    devices = trainer.n_gpus_per_node * trainer.nnodes
+    tp = rollout.tensor_model_parallel_size
+    if devices % tp:
+        raise RecipeError(f"rollout tensor parallel size {tp} does not divide {devices} devices")
+    gen, train = cfg.data.get("gen_batch_size"), cfg.data.train_batch_size
+    if gen is not None and gen < train:
+        raise RecipeError(f"data.gen_batch_size {gen} is smaller than data.train_batch_size {train}")
+
+
+def check_v1_settings(cfg) -> None:
+    """Settings verl's V1 trainer (the core default) would silently ignore with group filtering on."""
+    if not cfg.trainer.get("use_v1", True) or not cfg.algorithm.filter_groups.get("enable", False):
+        return
+    fg = cfg.algorithm.filter_groups
+    if fg.get("max_num_gen_batches", 0) > 0:
+        raise RecipeError(
+            f"algorithm.filter_groups.max_num_gen_batches={fg.max_num_gen_batches} is ignored by verl's V1 trainer, "
+            "which refills filtered groups without a cap; it bounds the prompts in flight with "
+            "algorithm.filter_groups.max_inflight_gen_batches (in train_batch_size units) instead"
+        )
+    gen = cfg.data.get("gen_batch_size")
+    if gen not in (None, 1):
+        raise RecipeError(
+            f"data.gen_batch_size={gen} is overridden to 1 by verl's V1 trainer with group filtering (it sends one "
+            "prompt at a time); set algorithm.filter_groups.max_inflight_gen_batches="
+            f"{max(1, gen // cfg.data.train_batch_size)} for about as many prompts in flight"
+        )
+
+
+def check_cpu(cfg) -> None:
+    """A CPU run needs this package's verl plugin (the "cpu" platform) and settings a CPU can run."""
+    if cfg.trainer.get("device") != "cpu":
+        return
+    from verl.plugin.platform.platform_manager import PlatformRegistry
+
+    # verl (imported by the checks before) loads its plugins on import and drops those that fail silently
+    if PlatformRegistry.get("cpu") is None:
+        raise RecipeError(
+            f"trainer.device=cpu needs this package's verl plugin (verl.plugins entry point {VERL_PLUGIN}), and verl "
+            "did not load it: install the repository into verl's environment (pip install -e .; "
+            "scripts/setup_verl_env.sh does it), leave VERL_USE_EXTERNAL_PLUGINS unset, and check that "
+            f"python -c 'import {VERL_PLUGIN}' works"
+        )
+    from rollout.verl.cpu_patches import CpuConfigError, check_cpu_config
+    from rollout.verl.cpu_platform import PLATFORM_ENV, PLATFORM_NAME
+
+    env = cfg.ray_kwargs.ray_init.runtime_env.get("env_vars") or {}
+    if str(env.get(PLATFORM_ENV, "")).lower() != PLATFORM_NAME:
+        raise RecipeError(
+            f"trainer.device=cpu: set ray_kwargs.ray_init.runtime_env.env_vars.{PLATFORM_ENV}={PLATFORM_NAME} "
+            "so that every Ray worker uses the CPU platform"
+        )
+    try:
+        check_cpu_config(cfg)
+    except CpuConfigError as e:
+        raise RecipeError(str(e)) from e
+
+
+def _plain(value: Any) -> Any:
+    from omegaconf import DictConfig, ListConfig, OmegaConf
+
+    if isinstance(value, (DictConfig, ListConfig)):
+        return OmegaConf.to_container(value, resolve=True)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
