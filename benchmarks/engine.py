@@ -312,6 +312,8 @@ def _drafter_name(worker) -> str | None:
 
 
 def _sam_metrics(llm) -> dict | None:
+    if getattr(llm.llm_engine.vllm_config, "speculative_config", None) is None:
+        return None  # no drafter: asking the workers would only log an RPC error
     try:
         (m,) = llm.collective_rpc("sam_spec_metrics")
     except Exception:

@@ -98,7 +98,8 @@ def test_pass_at_1_is_the_mean_of_the_scores(smoke):
         assert acc["pass_at_1"] == pytest.approx(sum(per_problem) / len(per_problem))
         assert 0 <= acc["ci"][0] <= acc["pass_at_1"] <= acc["ci"][1] <= 1
     d = report["accuracy"]["all"]["difference"]
-    assert d["verdict"] in ("no significant change", "changed")
+    # 4 problems x 2 samples is far below what a verdict needs: the report must say so, not guess.
+    assert d["verdict"].startswith("underpowered (4 problems, 8 samples per arm")
     assert d["ci"][0] <= d["difference"] <= d["ci"][1]
     assert set(report["accuracy"]) == {"all", "math500", "gsm8k"}
 
