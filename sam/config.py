@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-LENGTH_POLICIES = ("fixed", "scaled")
+LENGTH_POLICIES = ("fixed", "scaled", "confidence")
+CONTINUATIONS = ("first", "frequent")
 
 
 @dataclass(frozen=True)
@@ -14,7 +15,17 @@ class DraftConfig:
     k: most tokens drafted per request and step.
     min_match: no draft unless the matched suffix has at least this many tokens.
     length_policy: "fixed" drafts k tokens; "scaled" drafts one token per matched token beyond
-        min_match - 1, capped at k (a 1-token match is mostly wasted verification).
+        min_match - 1, capped at k (a 1-token match is mostly wasted verification); "confidence"
+        (frequent continuation only) drafts while the estimated probability that the whole draft is
+        accepted stays >= min_token_prob.
+    continuation: which continuation of the matched suffix to draft. "first" follows its first
+        occurrence. "frequent" does so only for matches longer than `sam._core.LONG_MATCH` (8)
+        tokens; shorter ones are scored by the expected number of accepted tokens under occurrence
+        counts (pooled over the group and history automata, and over the group alone), and the
+        best one's most frequent continuation is drafted.
+    min_token_prob: the "confidence" threshold.
+    count_prior: frequent: pseudo-occurrences added to every context's count, so that a context seen
+        once does not look certain.
     group_aware: requests started with the same group (GRPO siblings of one prompt) draft from each
         other's text as well as their own.
     history_tokens: keep up to this many tokens of recently finished responses (across prompts) as a
@@ -24,16 +35,21 @@ class DraftConfig:
     k: int = 3
     min_match: int = 1
     length_policy: str = "fixed"
+    continuation: str = "first"
+    min_token_prob: float = 0.1
+    count_prior: float = 1.0
     group_aware: bool = True
     history_tokens: int = 0
 
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            expected = bool if f.type in ("bool", bool) else (int if f.type in ("int", int) else str)
-            if expected is int and (isinstance(value, bool) or not isinstance(value, int)):
+            kind = {"bool": bool, "int": int, "float": float}.get(str(f.type), str)
+            if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
                 raise ValueError(f"DraftConfig.{f.name} must be an integer, got {value!r}")
-            if expected is bool and not isinstance(value, bool):
+            if kind is float and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                raise ValueError(f"DraftConfig.{f.name} must be a number, got {value!r}")
+            if kind is bool and not isinstance(value, bool):
                 raise ValueError(f"DraftConfig.{f.name} must be true or false, got {value!r}")
         if self.k < 0:
             raise ValueError(f"DraftConfig.k must be >= 0, got {self.k}")
@@ -41,5 +57,15 @@ class DraftConfig:
             raise ValueError(f"DraftConfig.min_match must be >= 1, got {self.min_match}")
         if self.length_policy not in LENGTH_POLICIES:
             raise ValueError(f"DraftConfig.length_policy must be one of {LENGTH_POLICIES}, got {self.length_policy!r}")
+        if self.continuation not in CONTINUATIONS:
+            raise ValueError(f"DraftConfig.continuation must be one of {CONTINUATIONS}, got {self.continuation!r}")
+        if self.length_policy == "confidence" and self.continuation != "frequent":
+            raise ValueError(
+                "DraftConfig.length_policy 'confidence' needs continuation 'frequent' (it reads occurrence counts)"
+            )
+        if not 0.0 <= self.min_token_prob <= 1.0:
+            raise ValueError(f"DraftConfig.min_token_prob must be in [0, 1], got {self.min_token_prob}")
+        if not self.count_prior >= 0.0:
+            raise ValueError(f"DraftConfig.count_prior must be >= 0, got {self.count_prior}")
         if self.history_tokens < 0:
             raise ValueError(f"DraftConfig.history_tokens must be >= 0, got {self.history_tokens}")

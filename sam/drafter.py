@@ -35,6 +35,18 @@ class Proposal(NamedTuple):
 SOURCE_NONE, SOURCE_GROUP, SOURCE_HISTORY = core.SOURCE_NONE, core.SOURCE_GROUP, core.SOURCE_HISTORY
 
 
+def policy_array(config: DraftConfig) -> np.ndarray:
+    """The drafting settings as the compiled core reads them (core.P_* fields)."""
+    policy = np.zeros(core.POLICY_WIDTH, dtype=np.float64)
+    policy[core.P_MIN_MATCH] = config.min_match
+    policy[core.P_SCALED] = config.length_policy == "scaled"
+    policy[core.P_HISTORY] = config.history_tokens > 0
+    policy[core.P_FREQUENT] = config.continuation == "frequent"
+    policy[core.P_MIN_PROB] = config.min_token_prob if config.length_policy == "confidence" else 0.0
+    policy[core.P_PRIOR] = config.count_prior
+    return policy
+
+
 def as_token_array(tokens, what: str = "tokens") -> np.ndarray:
     """A 1-D int32 copy-free view of token ids, or ValueError naming what is wrong."""
     arr = np.asarray(tokens)
@@ -134,6 +146,10 @@ class BatchDrafter:
         self._groups: dict[Hashable, _Group] = {}
         self._history = np.full(core.NUM_HISTORY, -1, dtype=np.int64)  # newest generation first
         self._need = np.zeros(core.NEED_WIDTH, dtype=np.int64)
+        self._policy = policy_array(self.config)
+        self._counted = self.config.continuation == "frequent"
+        self._work = np.zeros(core.WORK_WIDTH, dtype=np.int64)
+        self._scratch = np.zeros(max(self.config.k, 1), dtype=np.int32)
         if self.config.history_tokens > 0:
             self._history[0] = self._automata.new()
 
@@ -148,9 +164,7 @@ class BatchDrafter:
         if entry is None:
             entry = _Group(self._automata.new(len(prompt)), prompt.copy())
             a = entry.automaton
-            state, pos = self._insert(a, prompt)
-            self._automata.meta[a, core.M_PROMPT_STATE] = state
-            self._automata.meta[a, core.M_PROMPT_POS] = pos
+            self._automata.meta[a, core.M_PROMPT : core.M_PROMPT + core.MEMBER_WIDTH] = self._insert(a, prompt)
             self._groups[key] = entry
         elif not np.array_equal(entry.prompt, prompt):
             raise ValueError(f"request {req_id!r} joins group {group!r} with a different prompt than its siblings")
@@ -160,8 +174,9 @@ class BatchDrafter:
         row = self._cursor[slot]
         row[:] = 0
         row[core.R_AUTO] = a
-        row[core.R_STATE] = self._automata.meta[a, core.M_PROMPT_STATE]
-        row[core.R_POS] = self._automata.meta[a, core.M_PROMPT_POS]
+        row[core.R_MEMBER : core.R_MEMBER + core.MEMBER_WIDTH] = self._automata.meta[
+            a, core.M_PROMPT : core.M_PROMPT + core.MEMBER_WIDTH
+        ]
         row[core.R_TOKENS] = len(prompt)
         row[core.R_FIRST] = -1
         self._slot[req_id] = slot
@@ -197,14 +212,26 @@ class BatchDrafter:
         if offsets[-1] != tokens.size:
             raise ValueError(f"counts add up to {int(offsets[-1])} but {tokens.size} tokens were given")
         progress = np.zeros(slots.size, dtype=np.int64)
-        self._until_done(core.extend_flat, self._cursor, self._history, slots, tokens, offsets, progress, self._need)
+        self._until_done(
+            core.extend_flat,
+            self._cursor,
+            self._history,
+            slots,
+            tokens,
+            offsets,
+            progress,
+            self._need,
+            self._counted,
+        )
 
     def sync(self, req_ids: Sequence[Hashable], rows: np.ndarray, row_lengths) -> None:
         """Bring each request up to rows[i, :row_lengths[i]] (its prompt plus accepted tokens) by
         appending what it has not seen yet. rows is a 2-D integer array such as vLLM's token_ids_cpu.
         Every row is checked first; on a bad row nothing is appended."""
         slots, row_lengths = self._check_rows(req_ids, rows, row_lengths)
-        code = self._until_done(core.sync_rows, self._cursor, self._history, slots, rows, row_lengths, self._need)
+        code = self._until_done(
+            core.sync_rows, self._cursor, self._history, slots, rows, row_lengths, self._need, self._counted
+        )
         self._raise_bad_row(code, req_ids, slots, rows, row_lengths)
 
     def propose(self, req_ids: Sequence[Hashable], k: int | None = None) -> Proposal:
@@ -213,7 +240,7 @@ class BatchDrafter:
         slots = self._slots_of(req_ids)
         out = self._empty_proposal(slots.size, k)
         if k > 0 and slots.size > 0:
-            core.propose_batch(self._automata.table, self._cursor, self._history, slots, k, *self._policy(), *out)
+            core.propose_batch(self._automata.table, self._cursor, self._history, slots, k, *self._buffers(k), *out)
         return out
 
     def step(self, req_ids: Sequence[Hashable], rows: np.ndarray, row_lengths, k: int | None = None) -> Proposal:
@@ -221,8 +248,9 @@ class BatchDrafter:
         k = self._check_k(self.config.k if k is None else k)
         slots, row_lengths = self._check_rows(req_ids, rows, row_lengths)
         out = self._empty_proposal(slots.size, k)
+        buffers = self._buffers(k)
         code = self._until_done(
-            core.step_rows, self._cursor, self._history, slots, rows, row_lengths, self._need, k, *self._policy(), *out
+            core.step_rows, self._cursor, self._history, slots, rows, row_lengths, self._need, k, *buffers, *out
         )
         self._raise_bad_row(code, req_ids, slots, rows, row_lengths)
         return out
@@ -257,20 +285,23 @@ class BatchDrafter:
                 return code
             self._automata.grow(self._need)
 
-    def _insert(self, a: int, tokens: np.ndarray) -> tuple[int, int]:
-        """Insert a whole text as a fresh member of automaton a; returns its end (state, pos)."""
-        done, state, pos = 0, 0, -1
+    def _insert(self, a: int, tokens: np.ndarray) -> np.ndarray:
+        """Insert a whole text as a fresh member of automaton a; returns its member cursor."""
+        member = core.new_member()
+        done = 0
         while True:
-            done, state, pos = core.insert_text(
-                self._automata.table, self._automata.meta, a, tokens, done, state, pos, self._need
+            done = core.insert_text(
+                self._automata.table, self._automata.meta, a, tokens, done, member, self._need, self._counted
             )
             if done == tokens.size:
-                return state, pos
+                return member
             self._automata.grow(self._need)
 
-    def _policy(self):
-        cfg = self.config
-        return cfg.min_match, cfg.length_policy == "scaled", cfg.history_tokens > 0
+    def _buffers(self, k: int):
+        """(policy, work, scratch) for a compiled call drafting at most k tokens."""
+        if self._scratch.size < k:
+            self._scratch = np.zeros(k, dtype=np.int32)
+        return self._policy, self._work, self._scratch
 
     @staticmethod
     def _check_k(k) -> int:

@@ -199,7 +199,19 @@ def test_sync_refuses_bad_rows_and_appends_nothing():
 
 @pytest.mark.parametrize(
     "field, value",
-    [("k", -1), ("k", 2.0), ("min_match", 0), ("length_policy", "linear"), ("group_aware", 1), ("history_tokens", -5)],
+    [
+        ("k", -1),
+        ("k", 2.0),
+        ("min_match", 0),
+        ("length_policy", "linear"),
+        ("group_aware", 1),
+        ("history_tokens", -5),
+        ("continuation", "recent"),
+        ("min_token_prob", 1.5),
+        ("min_token_prob", "high"),
+        ("count_prior", -1.0),
+        ("length_policy", "confidence"),  # needs continuation="frequent"
+    ],
 )
 def test_config_validation_names_the_field(field, value):
     with pytest.raises(ValueError, match=f"DraftConfig.{field}"):
