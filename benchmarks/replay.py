@@ -96,7 +96,7 @@ def _accepted_prefix(draft: np.ndarray, truth: np.ndarray) -> int:
     return int(mismatch[0]) if mismatch.size else n
 
 
-def replay_group(drafter, g: int, group: TraceGroup, k: int, stats: ReplayStats) -> None:
+def replay_group(drafter, g: int | str, group: TraceGroup, k: int, stats: ReplayStats) -> None:
     ids = [f"{g}/{i}" for i in range(len(group.responses))]
     texts = [np.concatenate([group.prompt, r]) for r in group.responses]
     plen = len(group.prompt)
@@ -134,4 +134,24 @@ def replay(drafter, groups: list[TraceGroup], k: int = 3, bin_edges=POSITION_BIN
     stats = ReplayStats(bin_edges=tuple(bin_edges))
     for g, group in enumerate(groups):
         replay_group(drafter, g, group, k, stats)
+    return stats
+
+
+EARLIER_VISIT = 4  # responses per group that stand in for the prompt's previous visit
+
+
+def replay_revisits(
+    drafter, groups: list[TraceGroup], k: int = 3, earlier: int = EARLIER_VISIT, bin_edges=POSITION_BINS
+) -> ReplayStats:
+    """Epoch-spaced revisit proxy: each group's first `earlier` responses are the prompt's previous
+    visit, the others its current visit. Every prompt's previous visit is replayed first (one epoch),
+    then every current visit, through the same drafter; only the current visits are scored."""
+    if not all(0 < earlier < len(g.responses) for g in groups):
+        raise ValueError(f"every group needs more than {earlier} responses to split off an earlier visit")
+    for g, group in enumerate(groups):
+        earlier_visit = TraceGroup(group.prompt, group.responses[:earlier])
+        replay_group(drafter, f"earlier-{g}", earlier_visit, k, ReplayStats(bin_edges=tuple(bin_edges)))
+    stats = ReplayStats(bin_edges=tuple(bin_edges))
+    for g, group in enumerate(groups):
+        replay_group(drafter, f"current-{g}", TraceGroup(group.prompt, group.responses[earlier:]), k, stats)
     return stats

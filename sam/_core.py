@@ -80,10 +80,12 @@ R_TOKENS = R_MEMBER + MEMBER_WIDTH  # tokens seen, prompt included
 R_FIRST = R_TOKENS + 1  # log position of its first response token, -1 if none yet
 R_HIST = R_FIRST + 1  # per history generation: (state, match length) pairs
 NUM_HISTORY = 2
-CURSOR_WIDTH = R_HIST + 2 * NUM_HISTORY
+R_STORE = R_HIST + 2 * NUM_HISTORY  # (state, match length) in the group's stored-responses automaton
+R_STORE_AUTO = R_STORE + 2  # that automaton, -1 if none
+CURSOR_WIDTH = R_STORE_AUTO + 1
 
 # --- draft sources ----------------------------------------------------------------------------
-SOURCE_NONE, SOURCE_GROUP, SOURCE_HISTORY = 0, 1, 2
+SOURCE_NONE, SOURCE_GROUP, SOURCE_HISTORY, SOURCE_STORE = 0, 1, 2, 3
 
 # --- the array table: per automaton, (address, length) of its states, edges and log ------------
 T_STATES, T_EDGES, T_LOG = 0, 1, 2
@@ -663,7 +665,8 @@ def append_run(table, meta, a, member, tokens, start, stop, need, counted):
 
 @njit(cache=True)
 def history_views(table, history):
-    """(states, edges, log) of each history generation, once per batch; empty where absent."""
+    """(states, edges, log) of each history generation, once per batch, and an empty triple after
+    them (for any absent source)."""
     empty = np.empty(0, dtype=np.int32)
     h0, h1 = history[0], history[1]
     return (
@@ -673,6 +676,7 @@ def history_views(table, history):
         (view(table, h1, T_STATES), view(table, h1, T_EDGES), view(table, h1, T_LOG))
         if h1 >= 0
         else (empty, empty, empty),
+        (empty, empty, empty),
     )
 
 
@@ -698,6 +702,9 @@ def append_tokens(table, meta, cursor, hist, r, tokens, start, stop, need, count
     cursor[r, R_TOKENS] += j - start
     _track_run(hist[0][0], hist[0][1], cursor, r, R_HIST, tokens, start, j)
     _track_run(hist[1][0], hist[1][1], cursor, r, R_HIST + 2, tokens, start, j)
+    store = cursor[r, R_STORE_AUTO]
+    if store >= 0:
+        _track_run(view(table, store, T_STATES), view(table, store, T_EDGES), cursor, r, R_STORE, tokens, start, j)
     return j
 
 
@@ -772,13 +779,15 @@ def track_history(table, cursor, history, r, tokens):
 # Policy: one float64 array, built once per configuration.
 P_MIN_MATCH = 0  # no draft below this match length
 P_SCALED = 1  # 1: one token per matched token beyond min_match - 1, capped at k
-P_HISTORY = 2  # 1: draft from the history generations too
-P_FREQUENT = 3  # 1: score matches up to LONG_MATCH tokens by counts (else: first occurrence only)
-P_MIN_PROB = 4  # frequent: stop a draft when its estimated probability falls below this
-P_PRIOR = 5  # frequent: pseudo-occurrences added to every context count (shrinks rare contexts)
-POLICY_WIDTH = 6
+P_FREQUENT = 2  # 1: score matches up to LONG_MATCH tokens by counts (else: first occurrence only)
+P_MIN_PROB = 3  # frequent: stop a draft when its estimated probability falls below this
+P_PRIOR = 4  # frequent: pseudo-occurrences added to every context count (shrinks rare contexts)
+POLICY_WIDTH = 5
 
-NUM_SOURCES = 1 + NUM_HISTORY  # the group automaton, then the history generations (newest first)
+# Sources, in the order they win ties: the group automaton, the group's stored responses (prompt store),
+# then the history generations (newest first).
+NUM_SOURCES = 2 + NUM_HISTORY
+SOURCE_OF = (SOURCE_GROUP, SOURCE_STORE, SOURCE_HISTORY, SOURCE_HISTORY)  # what a proposal reports
 W_STATE = 0  # work[W_STATE + i]: source i's state of the matched suffix
 W_LEN = NUM_SOURCES  # its match length (0: absent)
 W_PATH = 2 * NUM_SOURCES  # a draft path's current state in source i (-1: absent)
@@ -812,27 +821,27 @@ def draft_length(match, k, min_match, scaled):
 
 
 @njit(cache=True)
-def _matches(cursor, hist, r, group_states, sources, work):
-    """Each source's matched suffix (state, length) for request r into `work`; sources beyond
-    `sources` (or without a history generation) get length 0."""
+def _matches(cursor, srcs, r, group_only, work):
+    """Each source's matched suffix (state, length) for request r into `work`; with `group_only`, or
+    where a source is absent (empty), length 0."""
     v = cursor[r, R_MEMBER + MB_STATE]
     work[W_STATE] = v
-    work[W_LEN] = group_states[v * STATE_WIDTH + S_LEN]
-    for g in range(NUM_HISTORY):
-        h_states = hist[g][0]
-        field = R_HIST + 2 * g
-        if 1 + g < sources and h_states.size > 0:
-            work[W_STATE + 1 + g] = _normalise(h_states, cursor[r, field], cursor[r, field + 1])
-            work[W_LEN + 1 + g] = cursor[r, field + 1]
+    work[W_LEN] = srcs[0][0][v * STATE_WIDTH + S_LEN]
+    for i in range(1, NUM_SOURCES):
+        states = srcs[i][0]
+        field = R_STORE if i == 1 else R_HIST + 2 * (i - 2)
+        if not group_only and states.size > 0:
+            work[W_STATE + i] = _normalise(states, cursor[r, field], cursor[r, field + 1])
+            work[W_LEN + i] = cursor[r, field + 1]
         else:
-            work[W_STATE + 1 + g] = 0
-            work[W_LEN + 1 + g] = 0
+            work[W_STATE + i] = 0
+            work[W_LEN + i] = 0
 
 
 @njit(cache=True)
 def _first_occurrence(srcs, work, k, longer_than):
     """The longest match longer than `longer_than` whose first occurrence has a follower, over all
-    sources (ties: the group, then newer history). Returns (match, source, position, available)."""
+    sources (ties: the order of the sources). Returns (match, source, position, available)."""
     best, best_src, best_pos, best_n = 0, -1, -1, 0
     for i in range(NUM_SOURCES):
         if work[W_LEN + i] == 0:
@@ -953,35 +962,40 @@ def _frequent(srcs, work, k, policy, scratch, out_row, best_score):
 def _propose_one(table, cursor, hist, r, k, policy, work, scratch, out_row):
     """Draft for request r into out_row. Returns (tokens drafted, match length, source).
 
-    First occurrence: the longest match among the group automaton and the history generations wins
-    (ties: group first, newer history next). Frequent: the same for matches longer than LONG_MATCH;
-    below that, the best-scored draft over counts pooled across all sources, or over the group
-    automaton alone (its own statistics: a request's loops, its siblings' phrasing)."""
+    First occurrence: the longest match among the sources wins (ties: the order of the sources).
+    Frequent: the same for matches longer than LONG_MATCH; below that, the best-scored draft over
+    counts pooled across all sources, or over the group automaton alone (its own statistics: a
+    request's loops, its siblings' phrasing)."""
     a = cursor[r, R_AUTO]
     group = (view(table, a, T_STATES), view(table, a, T_EDGES), view(table, a, T_LOG))
-    srcs = (group, hist[0], hist[1])
-    sources = NUM_SOURCES if policy[P_HISTORY] > 0 else 1
+    store = cursor[r, R_STORE_AUTO]
+    stored = (
+        (view(table, store, T_STATES), view(table, store, T_EDGES), view(table, store, T_LOG))
+        if store >= 0
+        else hist[2]
+    )
+    srcs = (group, stored, hist[0], hist[1])
     frequent = policy[P_FREQUENT] > 0
     min_match = int(policy[P_MIN_MATCH])
-    _matches(cursor, hist, r, group[0], sources, work)
+    _matches(cursor, srcs, r, False, work)
     match, src, pos, n = _first_occurrence(srcs, work, k, LONG_MATCH if frequent else 0)
     if match > 0:
         count = min(draft_length(match, k, min_match, policy[P_SCALED] > 0), n)
         if count <= 0:
             return 0, match, SOURCE_NONE
         copy_continuation(srcs[src][2], pos, count, out_row)
-        return count, match, SOURCE_GROUP if src == 0 else SOURCE_HISTORY
+        return count, match, SOURCE_OF[src]
     if not frequent:
         return 0, 0, SOURCE_NONE
     count, match, src, score = _frequent(srcs, work, k, policy, scratch, out_row, 0.0)
-    if sources > 1:  # the group alone; _frequent moved the matches, so set them again
-        _matches(cursor, hist, r, group[0], 1, work)
+    if stored[0].size > 0 or hist[0][0].size > 0:  # the group alone (_frequent moved the matches)
+        _matches(cursor, srcs, r, True, work)
         alone, alone_match, alone_src, _ = _frequent(srcs, work, k, policy, scratch, out_row, score)
         if alone > 0:
             count, match, src = alone, alone_match, alone_src
     if count <= 0:
         return 0, match, SOURCE_NONE
-    return count, match, SOURCE_GROUP if src == 0 else SOURCE_HISTORY
+    return count, match, SOURCE_OF[src]
 
 
 @njit(cache=True)

@@ -30,6 +30,11 @@ class DraftConfig:
         other's text as well as their own.
     history_tokens: keep up to this many tokens of recently finished responses (across prompts) as a
         third draft source; 0 turns history off. The oldest half is dropped when it is full.
+    prompt_store: keep finished responses per prompt (`sam.prompt_store.PromptStore`) and put them
+        into the group automaton when the prompt is next started (RL revisits prompts every epoch).
+    prompt_store_bytes: the store's budget; past it, the least recently updated prompts go. The
+        default holds a whole DAPO-Math-17k epoch at the per-prompt cap (17,917 x 64 KiB = 1.1 GiB).
+    prompt_store_tokens: most tokens kept per prompt (the newest responses).
     """
 
     k: int = 3
@@ -40,6 +45,9 @@ class DraftConfig:
     count_prior: float = 1.0
     group_aware: bool = True
     history_tokens: int = 0
+    prompt_store: bool = False
+    prompt_store_bytes: int = 2 << 30
+    prompt_store_tokens: int = 16384
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -69,3 +77,7 @@ class DraftConfig:
             raise ValueError(f"DraftConfig.count_prior must be >= 0, got {self.count_prior}")
         if self.history_tokens < 0:
             raise ValueError(f"DraftConfig.history_tokens must be >= 0, got {self.history_tokens}")
+        if self.prompt_store_bytes < 1:
+            raise ValueError(f"DraftConfig.prompt_store_bytes must be >= 1, got {self.prompt_store_bytes}")
+        if self.prompt_store_tokens < 1:
+            raise ValueError(f"DraftConfig.prompt_store_tokens must be >= 1, got {self.prompt_store_tokens}")

@@ -222,6 +222,25 @@ def _matched_length(ref: ReferenceAutomaton, text: list[int]) -> int:
     return next((m for m in range(len(text), 0, -1) if end_times(ref, text[-m:])), 0)
 
 
+def _source_lengths(sources: list[ReferenceAutomaton], text: list[int]) -> list[int]:
+    """Each source's longest match: the whole text in the group (sources[0]), which holds it."""
+    return [len(text)] + [_matched_length(ref, text) for ref in sources[1:]]
+
+
+def brute_force_first_draft(
+    sources: list[ReferenceAutomaton], text: list[int], k: int, longer_than: int = 0
+) -> tuple[list[int], int, int | None]:
+    """The longest match over several sources (group first: it holds `text` as a member; then any
+    others, e.g. stored responses and history) whose first occurrence has a follower, longer than
+    `longer_than`; ties: the earlier source. (continuation, match length, source index or None)."""
+    best_match, best_cont, best_source = 0, [], None
+    for i, (ref, length) in enumerate(zip(sources, _source_lengths(sources, text))):
+        m, cont = _first_occurrence_match(ref, text, length, k, longer_than)
+        if m > best_match:
+            best_match, best_cont, best_source = m, cont, i
+    return best_cont, best_match, best_source
+
+
 def _pooled_path(sources, on, string, cap, min_prob, prior, score_depth):
     """The most frequent continuation of `string` over the pooled counts of sources `on`."""
     p, score, out, first_source = 1.0, 0.0, [], None
@@ -270,9 +289,10 @@ def brute_force_frequent_draft(
 ) -> tuple[list[int], int, int | None]:
     """The frequent draft by definition: (tokens, match length, source index or None).
 
-    sources[0] is the group (it holds `text` as a member, so every suffix occurs there), the rest the
-    history generations, newest first. A match longer than LONG_MATCH whose first occurrence has a
-    follower wins as in `brute_force_draft` (longest; ties: the earlier source). Otherwise every
+    sources[0] is the group (it holds `text` as a member, so every suffix occurs there), then the
+    group's stored responses and the history generations, newest first, where present. A match
+    longer than LONG_MATCH whose first occurrence has a follower wins as in `brute_force_first_draft`.
+    Otherwise every
     matched length from min(LONG_MATCH, longest match) down to min_match is scored, over the counts
     pooled across the sources holding it, then over the group alone: the draft follows the most
     frequent continuation while the product of its estimated probabilities (count / (context count
@@ -284,12 +304,8 @@ def brute_force_frequent_draft(
     from ._core import LONG_MATCH, SCORE_DEPTH
 
     score_depth = SCORE_DEPTH if score_depth is None else score_depth
-    lengths = [len(text)] + [_matched_length(ref, text) for ref in sources[1:]]
-    best_match, best_cont, best_source = 0, [], None
-    for i, ref in enumerate(sources):
-        m, cont = _first_occurrence_match(ref, text, lengths[i], k, LONG_MATCH)
-        if m > best_match:
-            best_match, best_cont, best_source = m, cont, i
+    lengths = _source_lengths(sources, text)
+    best_cont, best_match, best_source = brute_force_first_draft(sources, text, k, LONG_MATCH)
     if best_match:
         count = min(_draft_length(best_match, k, min_match, scaled), len(best_cont))
         return (best_cont[:count], best_match, best_source) if count > 0 else ([], best_match, None)
