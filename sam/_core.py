@@ -665,8 +665,7 @@ def append_run(table, meta, a, member, tokens, start, stop, need, counted):
 
 @njit(cache=True)
 def history_views(table, history):
-    """(states, edges, log) of each history generation, once per batch, and an empty triple after
-    them (for any absent source)."""
+    """(states, edges, log) of each history generation, once per batch; empty where absent."""
     empty = np.empty(0, dtype=np.int32)
     h0, h1 = history[0], history[1]
     return (
@@ -676,7 +675,6 @@ def history_views(table, history):
         (view(table, h1, T_STATES), view(table, h1, T_EDGES), view(table, h1, T_LOG))
         if h1 >= 0
         else (empty, empty, empty),
-        (empty, empty, empty),
     )
 
 
@@ -787,11 +785,11 @@ POLICY_WIDTH = 5
 # Sources, in the order they win ties: the group automaton, the group's stored responses (prompt store),
 # then the history generations (newest first).
 NUM_SOURCES = 2 + NUM_HISTORY
-SOURCE_OF = (SOURCE_GROUP, SOURCE_STORE, SOURCE_HISTORY, SOURCE_HISTORY)  # what a proposal reports
-W_STATE = 0  # work[W_STATE + i]: source i's state of the matched suffix
-W_LEN = NUM_SOURCES  # its match length (0: absent)
-W_PATH = 2 * NUM_SOURCES  # a draft path's current state in source i (-1: absent)
-WORK_WIDTH = 3 * NUM_SOURCES
+W_AUTO = 0  # work[W_AUTO + i]: source i's automaton, -1 if absent
+W_STATE = NUM_SOURCES  # its state of the matched suffix
+W_LEN = 2 * NUM_SOURCES  # its match length (0: no match, or left out)
+W_PATH = 3 * NUM_SOURCES  # a draft path's current state in it (-1: off the path)
+WORK_WIDTH = 4 * NUM_SOURCES
 
 
 @njit(cache=True)
@@ -820,18 +818,31 @@ def draft_length(match, k, min_match, scaled):
     return k
 
 
+@njit(cache=True, inline="always")
+def _source_kind(i):
+    """What a proposal reports for source i."""
+    if i == 0:
+        return SOURCE_GROUP
+    return SOURCE_STORE if i == 1 else SOURCE_HISTORY
+
+
 @njit(cache=True)
-def _matches(cursor, srcs, r, group_only, work):
-    """Each source's matched suffix (state, length) for request r into `work`; with `group_only`, or
-    where a source is absent (empty), length 0."""
+def _matches(table, cursor, history, r, group_only, work):
+    """Each source's automaton and matched suffix (state, length) for request r into `work`; with
+    `group_only` the other sources get length 0."""
+    a = cursor[r, R_AUTO]
     v = cursor[r, R_MEMBER + MB_STATE]
+    work[W_AUTO] = a
     work[W_STATE] = v
-    work[W_LEN] = srcs[0][0][v * STATE_WIDTH + S_LEN]
+    work[W_LEN] = view(table, a, T_STATES)[v * STATE_WIDTH + S_LEN]
+    work[W_AUTO + 1] = cursor[r, R_STORE_AUTO]
+    for g in range(NUM_HISTORY):
+        work[W_AUTO + 2 + g] = history[g]
     for i in range(1, NUM_SOURCES):
-        states = srcs[i][0]
+        a = work[W_AUTO + i]
         field = R_STORE if i == 1 else R_HIST + 2 * (i - 2)
-        if not group_only and states.size > 0:
-            work[W_STATE + i] = _normalise(states, cursor[r, field], cursor[r, field + 1])
+        if not group_only and a >= 0:
+            work[W_STATE + i] = _normalise(view(table, a, T_STATES), cursor[r, field], cursor[r, field + 1])
             work[W_LEN + i] = cursor[r, field + 1]
         else:
             work[W_STATE + i] = 0
@@ -839,15 +850,17 @@ def _matches(cursor, srcs, r, group_only, work):
 
 
 @njit(cache=True)
-def _first_occurrence(srcs, work, k, longer_than):
+def _first_occurrence(table, work, k, longer_than):
     """The longest match longer than `longer_than` whose first occurrence has a follower, over all
     sources (ties: the order of the sources). Returns (match, source, position, available)."""
     best, best_src, best_pos, best_n = 0, -1, -1, 0
     for i in range(NUM_SOURCES):
         if work[W_LEN + i] == 0:
             continue
-        states, _, log = srcs[i]
-        match, pos, n = _best_in(states, log, work[W_STATE + i], work[W_LEN + i], k, longer_than)
+        a = work[W_AUTO + i]
+        match, pos, n = _best_in(
+            view(table, a, T_STATES), view(table, a, T_LOG), work[W_STATE + i], work[W_LEN + i], k, longer_than
+        )
         if match > best:
             best, best_src, best_pos, best_n = match, i, pos, n
     return best, best_src, best_pos, best_n
@@ -859,16 +872,18 @@ def _count(states, v):
 
 
 @njit(cache=True)
-def _pooled_count(srcs, work, token):
+def _pooled_count(table, work, token):
     """Occurrences of the path's string followed by `token`, summed over the sources on the path;
     and the source holding most of them."""
     pooled, top, top_source = 0, 0, -1
     for j in range(NUM_SOURCES):
         u = work[W_PATH + j]
         if u > 0:
-            nxt = get_edge(srcs[j][0], srcs[j][1], u, token)
+            a = work[W_AUTO + j]
+            states = view(table, a, T_STATES)
+            nxt = get_edge(states, view(table, a, T_EDGES), u, token)
             if nxt >= 0:
-                c = _count(srcs[j][0], nxt)
+                c = _count(states, nxt)
                 pooled += c
                 if c > top:
                     top, top_source = c, j
@@ -876,12 +891,15 @@ def _pooled_count(srcs, work, token):
 
 
 @njit(cache=True)
-def _frequent_path(srcs, work, cap, min_prob, prior, out):
-    """From the states work[W_PATH + i] (one matched string in each source), follow the most
-    frequent continuation over the sources' pooled counts, at most `cap` tokens, while the estimated
-    probability of the whole draft stays >= min_prob. A source drops out where the path leaves it
-    or leaves its scored states. Candidates are the sources' own most frequent continuations (their
-    inline edges). Returns (tokens, expected accepted tokens, source of the first token)."""
+def _frequent_path(table, work, length, cap, min_prob, prior, beat, out):
+    """From the states work[W_PATH + i] (one matched string of `length` tokens in each source),
+    follow the most frequent continuation over the sources' pooled counts, at most `cap` tokens,
+    while the estimated probability of the whole draft stays >= min_prob. A source drops out where
+    the path leaves it or leaves its scored states. Candidates are the sources' own most frequent
+    continuations (their inline edges).
+
+    Returns (tokens, expected accepted tokens, source of the first token). A path that cannot score
+    above `beat` stops early (each later token adds at most the current probability)."""
     p = 1.0
     score = 0.0
     n = 0
@@ -890,25 +908,27 @@ def _frequent_path(srcs, work, cap, min_prob, prior, out):
         total = prior
         for i in range(NUM_SOURCES):
             u = work[W_PATH + i]
-            if u > 0 and min_length(srcs[i][0], u) > SCORE_DEPTH:
-                work[W_PATH + i] = -1
-            elif u > 0:
-                total += _count(srcs[i][0], u)
+            if u > 0:
+                states = view(table, work[W_AUTO + i], T_STATES)
+                if length + n > SCORE_DEPTH and min_length(states, u) > SCORE_DEPTH:
+                    work[W_PATH + i] = -1
+                else:
+                    total += _count(states, u)
         best_token, best_count, best_source = -1, 0, -1
         for i in range(NUM_SOURCES):
             u = work[W_PATH + i]
             if u <= 0:
                 continue
-            token = srcs[i][0][u * STATE_WIDTH + S_TOKEN]
+            token = view(table, work[W_AUTO + i], T_STATES)[u * STATE_WIDTH + S_TOKEN]
             if token < 0:
                 continue
-            pooled, source = _pooled_count(srcs, work, token)
+            pooled, source = _pooled_count(table, work, token)
             if pooled > best_count:
                 best_token, best_count, best_source = token, pooled, source
         if best_token < 0:
             break
         p *= min(1.0, best_count / total)
-        if p < min_prob:
+        if p < min_prob or score + p * (cap - n) <= beat:
             break
         out[n] = best_token
         n += 1
@@ -918,12 +938,13 @@ def _frequent_path(srcs, work, cap, min_prob, prior, out):
         for i in range(NUM_SOURCES):
             u = work[W_PATH + i]
             if u > 0:
-                work[W_PATH + i] = get_edge(srcs[i][0], srcs[i][1], u, best_token)
+                a = work[W_AUTO + i]
+                work[W_PATH + i] = get_edge(view(table, a, T_STATES), view(table, a, T_EDGES), u, best_token)
     return n, score, first_source
 
 
 @njit(cache=True)
-def _frequent(srcs, work, k, policy, scratch, out_row, best_score):
+def _frequent(table, work, k, policy, scratch, out_row, best_score):
     """Score a draft for every matched length from min(LONG_MATCH, longest match) down to min_match
     (once per run of lengths whose states agree in every source) and keep the best expected number
     of accepted tokens above `best_score` (ties: the longer match) in out_row.
@@ -938,12 +959,12 @@ def _frequent(srcs, work, k, policy, scratch, out_row, best_score):
     while m >= min_match:
         for i in range(NUM_SOURCES):
             if work[W_LEN + i] >= m:
-                work[W_STATE + i] = _normalise(srcs[i][0], work[W_STATE + i], m)
+                work[W_STATE + i] = _normalise(view(table, work[W_AUTO + i], T_STATES), work[W_STATE + i], m)
                 work[W_PATH + i] = work[W_STATE + i]
             else:
                 work[W_PATH + i] = -1
         cap = draft_length(m, k, min_match, policy[P_SCALED] > 0)
-        n, score, source = _frequent_path(srcs, work, cap, policy[P_MIN_PROB], policy[P_PRIOR], scratch)
+        n, score, source = _frequent_path(table, work, m, cap, policy[P_MIN_PROB], policy[P_PRIOR], best_score, scratch)
         if n > 0 and score > best_score:
             best_n, best_match, best_source, best_score = n, m, source, score
             out_row[:n] = scratch[:n]
@@ -951,7 +972,7 @@ def _frequent(srcs, work, k, policy, scratch, out_row, best_score):
         for i in range(NUM_SOURCES):
             length = work[W_LEN + i]
             if length >= m:
-                below = max(below, min_length(srcs[i][0], work[W_STATE + i]) - 1)
+                below = max(below, min_length(view(table, work[W_AUTO + i], T_STATES), work[W_STATE + i]) - 1)
             else:
                 below = max(below, length)
         m = below
@@ -959,52 +980,42 @@ def _frequent(srcs, work, k, policy, scratch, out_row, best_score):
 
 
 @njit(cache=True)
-def _propose_one(table, cursor, hist, r, k, policy, work, scratch, out_row):
+def _propose_one(table, cursor, history, r, k, policy, work, scratch, out_row):
     """Draft for request r into out_row. Returns (tokens drafted, match length, source).
 
     First occurrence: the longest match among the sources wins (ties: the order of the sources).
     Frequent: the same for matches longer than LONG_MATCH; below that, the best-scored draft over
     counts pooled across all sources, or over the group automaton alone (its own statistics: a
     request's loops, its siblings' phrasing)."""
-    a = cursor[r, R_AUTO]
-    group = (view(table, a, T_STATES), view(table, a, T_EDGES), view(table, a, T_LOG))
-    store = cursor[r, R_STORE_AUTO]
-    stored = (
-        (view(table, store, T_STATES), view(table, store, T_EDGES), view(table, store, T_LOG))
-        if store >= 0
-        else hist[2]
-    )
-    srcs = (group, stored, hist[0], hist[1])
     frequent = policy[P_FREQUENT] > 0
     min_match = int(policy[P_MIN_MATCH])
-    _matches(cursor, srcs, r, False, work)
-    match, src, pos, n = _first_occurrence(srcs, work, k, LONG_MATCH if frequent else 0)
+    _matches(table, cursor, history, r, False, work)
+    match, src, pos, n = _first_occurrence(table, work, k, LONG_MATCH if frequent else 0)
     if match > 0:
         count = min(draft_length(match, k, min_match, policy[P_SCALED] > 0), n)
         if count <= 0:
             return 0, match, SOURCE_NONE
-        copy_continuation(srcs[src][2], pos, count, out_row)
-        return count, match, SOURCE_OF[src]
+        copy_continuation(view(table, work[W_AUTO + src], T_LOG), pos, count, out_row)
+        return count, match, _source_kind(src)
     if not frequent:
         return 0, 0, SOURCE_NONE
-    count, match, src, score = _frequent(srcs, work, k, policy, scratch, out_row, 0.0)
-    if stored[0].size > 0 or hist[0][0].size > 0:  # the group alone (_frequent moved the matches)
-        _matches(cursor, srcs, r, True, work)
-        alone, alone_match, alone_src, _ = _frequent(srcs, work, k, policy, scratch, out_row, score)
+    count, match, src, score = _frequent(table, work, k, policy, scratch, out_row, 0.0)
+    if work[W_AUTO + 1] >= 0 or work[W_AUTO + 2] >= 0:  # the group alone (_frequent moved the matches)
+        _matches(table, cursor, history, r, True, work)
+        alone, alone_match, alone_src, _ = _frequent(table, work, k, policy, scratch, out_row, score)
         if alone > 0:
             count, match, src = alone, alone_match, alone_src
     if count <= 0:
         return 0, match, SOURCE_NONE
-    return count, match, SOURCE_OF[src]
+    return count, match, _source_kind(src)
 
 
 @njit(cache=True)
 def propose_batch(table, cursor, history, slots, k, policy, work, scratch, out, out_len, out_match, out_source):
     """Drafts for requests slots[i] into out[i, :out_len[i]]."""
-    hist = history_views(table, history)
     for i in range(slots.size):
         out_len[i], out_match[i], out_source[i] = _propose_one(
-            table, cursor, hist, slots[i], k, policy, work, scratch, out[i]
+            table, cursor, history, slots[i], k, policy, work, scratch, out[i]
         )
 
 
