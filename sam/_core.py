@@ -43,8 +43,8 @@ NO_EDGE = -1
 NO_BLOCK = -1
 
 # --- occurrence counts ------------------------------------------------------------------------
-LONG_MATCH = 8  # frequent policy: matches longer than this follow their first occurrence
-SCORE_DEPTH = LONG_MATCH + 4  # states holding a string this short keep their most frequent continuation
+MAX_LONG_MATCH = 16  # frequent policy: matches longer than `long_match` (at most this) follow their first occurrence
+SCORE_DEPTH = MAX_LONG_MATCH + 4  # states holding a string this short keep their most frequent continuation
 COUNT_DEPTH = SCORE_DEPTH + 1  # states holding a string this short keep their occurrence count
 
 # --- edge blocks: block id = (size class << OFFSET_BITS) | offset in pairs --------------------
@@ -777,10 +777,11 @@ def track_history(table, cursor, history, r, tokens):
 # Policy: one float64 array, built once per configuration.
 P_MIN_MATCH = 0  # no draft below this match length
 P_SCALED = 1  # 1: one token per matched token beyond min_match - 1, capped at k
-P_FREQUENT = 2  # 1: score matches up to LONG_MATCH tokens by counts (else: first occurrence only)
+P_FREQUENT = 2  # 1: score matches up to P_LONG_MATCH tokens by counts (else: first occurrence only)
 P_MIN_PROB = 3  # frequent: stop a draft when its estimated probability falls below this
 P_PRIOR = 4  # frequent: pseudo-occurrences added to every context count (shrinks rare contexts)
-POLICY_WIDTH = 5
+P_LONG_MATCH = 5  # frequent: matches longer than this follow their first occurrence
+POLICY_WIDTH = 6
 
 # Sources, in the order they win ties: the group automaton, the group's stored responses (prompt store),
 # then the history generations (newest first).
@@ -945,7 +946,7 @@ def _frequent_path(table, work, length, cap, min_prob, prior, beat, out):
 
 @njit(cache=True)
 def _frequent(table, work, k, policy, scratch, out_row, best_score):
-    """Score a draft for every matched length from min(LONG_MATCH, longest match) down to min_match
+    """Score a draft for every matched length from min(long_match, longest match) down to min_match
     (once per run of lengths whose states agree in every source) and keep the best expected number
     of accepted tokens above `best_score` (ties: the longer match) in out_row.
 
@@ -954,7 +955,7 @@ def _frequent(table, work, k, policy, scratch, out_row, best_score):
     m = 0
     for i in range(NUM_SOURCES):
         m = max(m, work[W_LEN + i])
-    m = min(m, LONG_MATCH)
+    m = min(m, int(policy[P_LONG_MATCH]))
     best_n, best_match, best_source = 0, 0, -1
     while m >= min_match:
         for i in range(NUM_SOURCES):
@@ -984,13 +985,13 @@ def _propose_one(table, cursor, history, r, k, policy, work, scratch, out_row):
     """Draft for request r into out_row. Returns (tokens drafted, match length, source).
 
     First occurrence: the longest match among the sources wins (ties: the order of the sources).
-    Frequent: the same for matches longer than LONG_MATCH; below that, the best-scored draft over
+    Frequent: the same for matches longer than long_match; below that, the best-scored draft over
     counts pooled across all sources, or over the group automaton alone (its own statistics: a
     request's loops, its siblings' phrasing)."""
     frequent = policy[P_FREQUENT] > 0
     min_match = int(policy[P_MIN_MATCH])
     _matches(table, cursor, history, r, False, work)
-    match, src, pos, n = _first_occurrence(table, work, k, LONG_MATCH if frequent else 0)
+    match, src, pos, n = _first_occurrence(table, work, k, int(policy[P_LONG_MATCH]) if frequent else 0)
     if match > 0:
         count = min(draft_length(match, k, min_match, policy[P_SCALED] > 0), n)
         if count <= 0:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from ._core import MAX_LONG_MATCH
+
 LENGTH_POLICIES = ("fixed", "scaled", "confidence")
 CONTINUATIONS = ("first", "frequent")
 
@@ -19,10 +21,11 @@ class DraftConfig:
         (frequent continuation only) drafts while the estimated probability that the whole draft is
         accepted stays >= min_token_prob.
     continuation: which continuation of the matched suffix to draft. "first" follows its first
-        occurrence. "frequent" does so only for matches longer than `sam._core.LONG_MATCH` (8)
-        tokens; shorter ones are scored by the expected number of accepted tokens under occurrence
-        counts (pooled over the group and history automata, and over the group alone), and the
-        best one's most frequent continuation is drafted.
+        occurrence. "frequent" does so only for matches longer than `long_match` tokens; shorter
+        ones are scored by the expected number of accepted tokens under occurrence counts (pooled
+        over all sources, and over the group automaton alone), and the best one's most frequent
+        continuation is drafted.
+    long_match: frequent: the longest match that is scored by counts (1 to 16).
     min_token_prob: the "confidence" threshold.
     count_prior: frequent: pseudo-occurrences added to every context's count, so that a context seen
         once does not look certain.
@@ -43,6 +46,7 @@ class DraftConfig:
     continuation: str = "first"
     min_token_prob: float = 0.1
     count_prior: float = 1.0
+    long_match: int = 8
     group_aware: bool = True
     history_tokens: int = 0
     prompt_store: bool = False
@@ -73,6 +77,8 @@ class DraftConfig:
             )
         if not 0.0 <= self.min_token_prob <= 1.0:
             raise ValueError(f"DraftConfig.min_token_prob must be in [0, 1], got {self.min_token_prob}")
+        if not 1 <= self.long_match <= MAX_LONG_MATCH:
+            raise ValueError(f"DraftConfig.long_match must be in [1, {MAX_LONG_MATCH}], got {self.long_match}")
         if not self.count_prior >= 0.0:
             raise ValueError(f"DraftConfig.count_prior must be >= 0, got {self.count_prior}")
         if self.history_tokens < 0:

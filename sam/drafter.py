@@ -49,6 +49,7 @@ def policy_array(config: DraftConfig) -> np.ndarray:
     policy[core.P_FREQUENT] = config.continuation == "frequent"
     policy[core.P_MIN_PROB] = config.min_token_prob if config.length_policy == "confidence" else 0.0
     policy[core.P_PRIOR] = config.count_prior
+    policy[core.P_LONG_MATCH] = config.long_match
     return policy
 
 

@@ -285,34 +285,35 @@ def brute_force_frequent_draft(
     scaled: bool = False,
     min_prob: float = 0.0,
     prior: float = 1.0,
+    long_match: int = 8,
     score_depth: int | None = None,
 ) -> tuple[list[int], int, int | None]:
     """The frequent draft by definition: (tokens, match length, source index or None).
 
     sources[0] is the group (it holds `text` as a member, so every suffix occurs there), then the
     group's stored responses and the history generations, newest first, where present. A match
-    longer than LONG_MATCH whose first occurrence has a follower wins as in `brute_force_first_draft`.
-    Otherwise every
-    matched length from min(LONG_MATCH, longest match) down to min_match is scored, over the counts
-    pooled across the sources holding it, then over the group alone: the draft follows the most
-    frequent continuation while the product of its estimated probabilities (count / (context count
-    + prior), at most 1) stays >= min_prob, a source dropping out where the string stops occurring in
-    it or stops being at most SCORE_DEPTH tokens long in its shortest form; the score is the sum of
-    those products, and the best score wins (ties: the pooled pass, the longer match).
-    `score_depth` (default SCORE_DEPTH) only exists to show where that depth matters.
+    longer than `long_match` whose first occurrence has a follower wins as in
+    `brute_force_first_draft`. Otherwise every matched length from min(long_match, longest match)
+    down to min_match is scored, over the counts pooled across the sources holding it, then over the
+    group alone: the draft follows the most frequent continuation while the product of its
+    estimated probabilities (count / (context count + prior), at most 1) stays >= min_prob, a source
+    dropping out where the string stops occurring in it or stops being at most SCORE_DEPTH tokens
+    long in its shortest form; the score is the sum of those products, and the best score wins
+    (ties: the pooled pass, the longer match). `score_depth` (default SCORE_DEPTH) only exists to
+    show where that depth matters.
     """
-    from ._core import LONG_MATCH, SCORE_DEPTH
+    from ._core import SCORE_DEPTH
 
     score_depth = SCORE_DEPTH if score_depth is None else score_depth
     lengths = _source_lengths(sources, text)
-    best_cont, best_match, best_source = brute_force_first_draft(sources, text, k, LONG_MATCH)
+    best_cont, best_match, best_source = brute_force_first_draft(sources, text, k, long_match)
     if best_match:
         count = min(_draft_length(best_match, k, min_match, scaled), len(best_cont))
         return (best_cont[:count], best_match, best_source) if count > 0 else ([], best_match, None)
     best = ([], 0, None, 0.0)
     passes = [list(range(len(sources)))] + ([[0]] if len(sources) > 1 else [])
     for allowed in passes:
-        for m in range(min(LONG_MATCH, max(lengths[i] for i in allowed)), max(min_match, 1) - 1, -1):
+        for m in range(min(long_match, max(lengths[i] for i in allowed)), max(min_match, 1) - 1, -1):
             on = [i for i in allowed if lengths[i] >= m]
             cap = _draft_length(m, k, min_match, scaled)
             tokens, score, source = _pooled_path(sources, on, text[-m:], cap, min_prob, prior, score_depth)

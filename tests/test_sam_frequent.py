@@ -19,6 +19,7 @@ policies = st.fixed_dictionaries(
         "length_policy": st.sampled_from(["fixed", "scaled", "confidence"]),
         "min_token_prob": st.sampled_from([0.0, 0.2, 0.5]),
         "count_prior": st.sampled_from([0.0, 1.0, 2.5]),
+        "long_match": st.sampled_from([1, 4, 8, 16]),
     }
 )
 
@@ -30,7 +31,14 @@ def frequent(policy, **kw) -> DraftConfig:
 def expected(sources, text, config):
     min_prob = config.min_token_prob if config.length_policy == "confidence" else 0.0
     tokens, match, source = brute_force_frequent_draft(
-        sources, text, config.k, config.min_match, config.length_policy == "scaled", min_prob, config.count_prior
+        sources,
+        text,
+        config.k,
+        config.min_match,
+        config.length_policy == "scaled",
+        min_prob,
+        config.count_prior,
+        config.long_match,
     )
     return tokens, match, SOURCE_OF.get(source, SOURCE_HISTORY)
 
@@ -119,29 +127,33 @@ def test_long_stream_with_many_followers_matches_definition():
         assert most_frequent_follower(ref, [hub]) == proposed_after(drafter, hub)
 
 
-def copies_with_mutations(rng, alphabet, n):
-    tokens = [int(t) for t in rng.integers(0, alphabet, size=10)]
-    while len(tokens) < n:
-        start = int(rng.integers(0, len(tokens) - 5))
-        tokens += tokens[start : start + int(rng.integers(5, 20))] + [int(rng.integers(0, alphabet))]
-    return tokens[:n]
+def prefix_repeats(rng, n):
+    """Binary text made of prefixes of one random string, each followed by a short run of one bit:
+    long paths whose shorter suffixes occur elsewhere too."""
+    base = [int(t) for t in rng.integers(0, 2, size=30)]
+    text = []
+    while len(text) < n:
+        text += base[: int(rng.integers(15, 30))] + [int(rng.integers(0, 2))] * int(rng.integers(1, 3))
+    return text[:n]
 
 
 def test_drafts_stop_where_counts_are_not_kept():
-    """A draft of 8 tokens from a match of up to 8 can reach strings whose shortest form is longer
+    """A draft of 8 tokens from a match of up to 16 can reach strings whose shortest form is longer
     than SCORE_DEPTH; there the source drops out. Texts where that changes the draft are covered."""
-    rng = np.random.default_rng(0)
-    config = DraftConfig(continuation="frequent", group_aware=False, k=8, count_prior=0.0)
-    truncated = 0
-    for _ in range(30):
-        text = copies_with_mutations(rng, int(rng.integers(2, 4)), int(rng.integers(40, 120)))
-        drafter = BatchDrafter(config)
-        drafter.start(0, text)
-        ref, _ = single_member(text)
-        assert proposed(drafter, 0) == expected([ref], text, config)
-        deeper = brute_force_frequent_draft([ref], text, 8, prior=0.0, score_depth=1000)
-        truncated += deeper[0] != expected([ref], text, config)[0]
-    assert truncated > 0
+    rng = np.random.default_rng(1)
+    config = DraftConfig(continuation="frequent", group_aware=False, k=8, count_prior=0.0, long_match=16)
+    changed = 0
+    for _ in range(34):
+        text = prefix_repeats(rng, 300)
+        for cut in (180, 280):
+            drafter = BatchDrafter(config)
+            drafter.start(0, text[:cut])
+            ref, _ = single_member(text[:cut])
+            want = expected([ref], text[:cut], config)
+            assert proposed(drafter, 0) == want
+            deeper = brute_force_frequent_draft([ref], text[:cut], 8, prior=0.0, long_match=16, score_depth=1000)
+            changed += deeper[:2] != want[:2]
+    assert changed > 0
 
 
 def proposed_after(drafter, token):

@@ -210,6 +210,8 @@ def test_sync_refuses_bad_rows_and_appends_nothing():
         ("min_token_prob", 1.5),
         ("min_token_prob", "high"),
         ("count_prior", -1.0),
+        ("long_match", 0),
+        ("long_match", 17),
         ("length_policy", "confidence"),  # needs continuation="frequent"
     ],
 )
