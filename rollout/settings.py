@@ -16,7 +16,15 @@ from sam.switch import validate_schedule
 
 SETTINGS_KEY = "sam_spec"
 WHERE = f"additional_config.{SETTINGS_KEY}"
-_DRAFT_FIELDS = ("min_match", "length_policy", "group_aware", "history_tokens")
+_DRAFT_FIELDS = (
+    "min_match",
+    "length_policy",
+    "continuation",
+    "group_aware",
+    "history_tokens",
+    "prompt_store",
+    "prompt_store_bytes",
+)
 
 
 @dataclass(frozen=True)
@@ -26,7 +34,9 @@ class SamSettings:
     schedule: ``[[max_batch, k], ...]`` (strictly increasing max_batch, 0 <= k <= k of
         speculative_config): a step scheduling n requests drafts k tokens from the first pair with
         n <= max_batch, none above the last pair (``sam.switch``). Set instead of ``threshold``.
-    min_match, length_policy, group_aware, history_tokens: passed to ``sam.DraftConfig``.
+    min_match, length_policy, continuation, group_aware, history_tokens, prompt_store,
+        prompt_store_bytes: passed to ``sam.DraftConfig`` (the prompt store lives in the engine's
+        drafter, so it carries a prompt's responses from one RL step to its next visit).
     log_interval_s: log the proposer's own metrics every this many seconds (0 = never).
     """
 
@@ -35,7 +45,10 @@ class SamSettings:
     min_match: int = 1
     length_policy: str = "fixed"
     group_aware: bool = True
+    continuation: str = DraftConfig.continuation
     history_tokens: int = 0
+    prompt_store: bool = False
+    prompt_store_bytes: int = DraftConfig.prompt_store_bytes
     log_interval_s: float = 0.0
     schedule: tuple | None = None
 

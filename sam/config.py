@@ -43,9 +43,9 @@ class DraftConfig:
     k: int = 3
     min_match: int = 1
     length_policy: str = "fixed"
-    continuation: str = "first"
+    continuation: str = "frequent"
     min_token_prob: float = 0.1
-    count_prior: float = 1.0
+    count_prior: float = 2.0
     long_match: int = 8
     group_aware: bool = True
     history_tokens: int = 0

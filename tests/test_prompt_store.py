@@ -151,7 +151,9 @@ def test_store_source_matches_definition(data, continuation):
         if continuation == "first":
             want = brute_force_first_draft([group, stored], text, 3)
         else:
-            want = brute_force_frequent_draft([group, stored], text, 3)
+            want = brute_force_frequent_draft(
+                [group, stored], text, 3, prior=config.count_prior, long_match=config.long_match
+            )
         p = drafter.propose(["r"])
         got = p.tokens[0, : p.lengths[0]].tolist(), int(p.match_lengths[0]), int(p.sources[0])
         assert got == (want[0], want[1], SOURCE_OF[want[2] if want[0] else None])

@@ -186,7 +186,7 @@ def test_promote_keeps_every_edge():
 def test_counts_drafts_from_the_most_frequent_continuation():
     """'1 2' is followed by 3 once, then by 4 twice: first occurrence drafts 3, frequent drafts 4."""
     text = [1, 2, 3, 9, 1, 2, 4, 8, 1, 2, 4, 7, 1, 2]
-    first = BatchDrafter(DraftConfig(k=1, group_aware=False))
+    first = BatchDrafter(DraftConfig(k=1, group_aware=False, continuation="first"))
     freq = BatchDrafter(DraftConfig(k=1, group_aware=False, continuation="frequent"))
     for d in (first, freq):
         d.start(0, text)

@@ -212,9 +212,13 @@ def test_sync_refuses_bad_rows_and_appends_nothing():
         ("count_prior", -1.0),
         ("long_match", 0),
         ("long_match", 17),
-        ("length_policy", "confidence"),  # needs continuation="frequent"
     ],
 )
 def test_config_validation_names_the_field(field, value):
     with pytest.raises(ValueError, match=f"DraftConfig.{field}"):
         DraftConfig(**{field: value})
+
+
+def test_confidence_length_needs_counts():
+    with pytest.raises(ValueError, match="needs continuation 'frequent'"):
+        DraftConfig(continuation="first", length_policy="confidence")
