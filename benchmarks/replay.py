@@ -155,3 +155,20 @@ def replay_revisits(
     for g, group in enumerate(groups):
         replay_group(drafter, f"current-{g}", TraceGroup(group.prompt, group.responses[earlier:]), k, stats)
     return stats
+
+
+def with_replaced_tokens(groups: list[TraceGroup], rate: float, earlier: int = EARLIER_VISIT, seed: int = 0):
+    """The groups with a fraction `rate` of each earlier-visit response's tokens replaced by tokens
+    drawn from the same response: a crude stand-in for the policy drifting between visits (the
+    current visits are untouched)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for g in groups:
+        changed = []
+        for r in g.responses[:earlier]:
+            r = r.copy()
+            where = rng.random(r.size) < rate
+            r[where] = rng.choice(r, size=int(where.sum())) if r.size else r[where]
+            changed.append(r)
+        out.append(TraceGroup(g.prompt, changed + list(g.responses[earlier:])))
+    return out
