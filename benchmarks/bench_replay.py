@@ -238,18 +238,31 @@ def plot(acceptance: dict, path: Path, title: str) -> None:
     plt.close(fig)
 
 
+def speed_only(groups, out: Path, notes: list[str]) -> dict:
+    speed_results = run_speed(groups, notes)
+    report = {"date": time.strftime("%Y-%m-%d"), "machine": platform.processor() or platform.machine()}
+    report |= {"speed": speed_results, "notes": notes}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "replay_speed.json").write_text(json.dumps(report, indent=2))
+    print(f"wrote {out / 'replay_speed.json'}")
+    return report
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--groups", type=int, default=None, help="replay only the first N groups")
     parser.add_argument("--k", type=int, default=3)
     parser.add_argument("--out", type=Path, default=Path("results"))
     parser.add_argument("--skip-speed", action="store_true")
+    parser.add_argument("--speed-only", action="store_true", help="only the timings (replay_speed.json)")
     parser.add_argument("--traces", default=QWEN25MATH, help=f"'{QWEN25MATH}' (shared traces) or a trace file (.npz)")
     args = parser.parse_args(argv)
     notes: list[str] = []
     print(f"Loading traces {args.traces} ...", flush=True)
     trace_set, groups = load_trace_set(args.traces, args.groups)
     print(f"{len(groups)} groups, {sum(len(r) for g in groups for r in g.responses)} response tokens")
+    if args.speed_only:
+        return speed_only(groups, args.out, notes)
     print("Replaying (mean acceptance length):", flush=True)
     acceptance = run_acceptance(groups, args.k, notes)
     print("Revisit proxy (mean acceptance length of the current visits):", flush=True)

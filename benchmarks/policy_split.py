@@ -32,7 +32,7 @@ HALVES = {"tune": slice(0, None, 2), "held_out": slice(1, None, 2), "all": slice
 
 
 def candidates() -> dict[str, DraftConfig]:
-    out = {"first": DraftConfig(history_tokens=HISTORY_TOKENS)}
+    out = {"first": DraftConfig(history_tokens=HISTORY_TOKENS, continuation="first")}
     for long_match in LONG_MATCHES:
         for prior in COUNT_PRIORS:
             out[f"frequent, long_match {long_match}, prior {prior:g}"] = DraftConfig(

@@ -24,6 +24,10 @@ COUNT_DEPTH + 1 states) adding one occurrence, then walks the previous cursor's 
 state's inline edge its most frequent continuation (ties: the one that reached that count first).
 That bounds the work per token by COUNT_DEPTH, whatever the context length.
 
+Drafting reaches its sources (group, stored responses, history generations) by automaton id through
+`table`, never by indexing a tuple of arrays at run time: numba copies such a tuple and counts
+references on every access, which cost more than the whole draft.
+
 Compiled code never allocates. A kernel that runs out of room stops between tokens, writes what it
 needs into `need`, and returns GROW; Python grows the arrays and calls it again, and it resumes where
 it stopped. (Numba's typed lists cost ~35 ns an access, and a numba function that returns an array
