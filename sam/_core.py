@@ -17,12 +17,13 @@ compiled code through `table[a]`, which holds each array's address and length:
 
 Per-automaton counters live in `meta[a]` (int64); per-request cursors in `cursor[r]` (int64).
 
-Counts are kept only where they are cheap: for states holding a string of at most `COUNT_DEPTH`
-tokens. Each member (a request's text, a prompt, a finished response) keeps a cursor on the state of
-its last min(COUNT_DEPTH, length) tokens; an append walks from there to the root (at most
-COUNT_DEPTH + 1 states) adding one occurrence, then walks the previous cursor's path to keep each
-state's inline edge its most frequent continuation (ties: the one that reached that count first).
-That bounds the work per token by COUNT_DEPTH, whatever the context length.
+Counts are kept only where they are cheap: for states holding a string of at most `depth` tokens
+(`count_depth(long_match)`, a setting of the drafter, fixed for its automata). Each member (a request's
+text, a prompt, a finished response) keeps a cursor on the state of its last min(depth, length)
+tokens; an append walks from there to the root adding one occurrence, then walks the previous
+cursor's path to keep each state's inline edge its most frequent continuation (ties: the one that
+reached that count first). That bounds the work per token by 2 * depth states (at most 42), whatever
+the context length.
 
 Drafting reaches its sources (group, stored responses, history generations) by automaton id through
 `table`, never by indexing a tuple of arrays at run time: numba copies such a tuple and counts
@@ -48,8 +49,18 @@ NO_BLOCK = -1
 
 # --- occurrence counts ------------------------------------------------------------------------
 MAX_LONG_MATCH = 16  # frequent policy: matches longer than `long_match` (at most this) follow their first occurrence
-SCORE_DEPTH = MAX_LONG_MATCH + 4  # states holding a string this short keep their most frequent continuation
-COUNT_DEPTH = SCORE_DEPTH + 1  # states holding a string this short keep their occurrence count
+DRAFT_REACH = 4  # scored drafts of up to DRAFT_REACH + 1 tokens from a long_match-token match stay on counted states
+
+
+def score_depth(long_match: int) -> int:
+    """States holding a string this short keep their most frequent continuation inline."""
+    return long_match + DRAFT_REACH
+
+
+def count_depth(long_match: int) -> int:
+    """States holding a string this short keep their occurrence count."""
+    return score_depth(long_match) + 1
+
 
 # --- edge blocks: block id = (size class << OFFSET_BITS) | offset in pairs --------------------
 OFFSET_BITS = 26
@@ -73,7 +84,7 @@ META_WIDTH = M_FREE + NUM_CLASSES
 # --- member cursor: where one text (a request, a prompt, a finished response) ends -------------
 MB_STATE = 0  # state of the whole text
 MB_POS = 1  # log position of its last token, -1 if none
-MB_BOUND = 2  # state of its last min(COUNT_DEPTH, length) tokens (where counting starts)
+MB_BOUND = 2  # state of its last min(depth, length) tokens (where counting starts)
 MB_BOUND_LEN = 3  # that length
 MEMBER_WIDTH = 4
 
@@ -486,18 +497,19 @@ def min_length(states, v):
 
 
 @njit(cache=True)
-def count_occurrence(states, edges, member, token):
+def count_occurrence(states, edges, member, token, depth):
     """After `token` was appended to a member (its state already extended): one more occurrence
-    for every state holding a suffix of at most COUNT_DEPTH tokens, and, for the states of the
-    previous suffixes, the inline edge kept on the most frequent continuation.
+    for every state holding a suffix of at most `depth` tokens, and, for the states of the previous
+    suffixes that hold one of at most depth - 1, the inline edge kept on the most frequent
+    continuation.
 
-    At most 2 COUNT_DEPTH states are visited; nothing is allocated."""
+    At most 2 depth states are visited; nothing is allocated."""
     before = member[MB_BOUND_LEN]
     b = _normalise(states, member[MB_BOUND], before)
     v = get_edge(states, edges, b, token)
     after = before + 1
-    if after > COUNT_DEPTH:
-        after = COUNT_DEPTH
+    if after > depth:
+        after = depth
         v = _normalise(states, v, after)
     member[MB_BOUND] = v
     member[MB_BOUND_LEN] = after
@@ -509,7 +521,7 @@ def count_occurrence(states, edges, member, token):
     while x > 0:
         xb = x * STATE_WIDTH
         shortest = min_length(states, x)
-        if shortest <= SCORE_DEPTH and states[xb + S_TOKEN] != token:
+        if shortest < depth and states[xb + S_TOKEN] != token:
             while states[states[w * STATE_WIDTH + S_LINK] * STATE_WIDTH + S_LEN] > shortest:
                 w = states[w * STATE_WIDTH + S_LINK]
                 states[w * STATE_WIDTH + S_COUNT] += 1
@@ -614,34 +626,37 @@ def _track(states, edges, cursor, r, field, token):
 
 
 @njit(cache=True)
-def _append_in_place(states, edges, log, m, member, tokens, start, stop, counted):
+def _append_in_place(states, edges, log, m, member, tokens, start, stop, depth):
     """Append tokens[start:stop] to one member while the edge pool has room.
 
     Returns (tokens done up to, first log position written or -1)."""
     free = edges.size // 2 - m[M_PAIRS]
     first = -1
+    state, pos = member[MB_STATE], member[MB_POS]
+    done = stop
     for j in range(start, stop):
         token = tokens[j]
-        if pairs_needed(states, edges, member[MB_STATE], token) > free:
-            return j, first
-        pos = write_token(log, m, member[MB_POS], token)
-        member[MB_POS] = pos
+        if pairs_needed(states, edges, state, token) > free:
+            done = j
+            break
+        pos = write_token(log, m, pos, token)
         if first < 0:
             first = pos
-        member[MB_STATE] = extend_state(states, edges, m, member[MB_STATE], token, pos)
-        if counted:
-            count_occurrence(states, edges, member, token)
+        state = extend_state(states, edges, m, state, token, pos)
+        if depth > 0:
+            count_occurrence(states, edges, member, token, depth)
         free = edges.size // 2 - m[M_PAIRS]
-    return stop, first
+    member[MB_STATE], member[MB_POS] = state, pos
+    return done, first
 
 
 RUN = 1024  # tokens per reservation: the worst case (two states a token) is reserved a run at a time
 
 
 @njit(cache=True)
-def append_run(table, meta, a, member, tokens, start, stop, need, counted):
+def append_run(table, meta, a, member, tokens, start, stop, need, depth):
     """Append tokens[start:stop] to one member of automaton a (its cursor `member` is updated) while
-    its arrays have room; with `counted`, occurrence counts follow.
+    its arrays have room; with `depth` > 0, occurrence counts to that depth follow.
 
     Returns (tokens done up to, first log position written or -1); stopping short of `stop` means
     `need` says what to grow."""
@@ -656,7 +671,7 @@ def append_run(table, meta, a, member, tokens, start, stop, need, counted):
         if states_need > states.size or log_need > log.size:
             _ask(need, a, states_need, 0, log_need)
             return j, first
-        j, first_here = _append_in_place(states, edges, log, m, member, tokens, j, run_stop, counted)
+        j, first_here = _append_in_place(states, edges, log, m, member, tokens, j, run_stop, depth)
         if first < 0:
             first = first_here
         if 2 * m[M_PAIRS] > edges.size or m[M_STATES] * STATE_WIDTH > states.size or m[M_LOG] > log.size:
@@ -692,13 +707,13 @@ def _track_run(hs, he, cursor, r, field, tokens, start, stop):
 
 
 @njit(cache=True)
-def append_tokens(table, meta, cursor, hist, r, tokens, start, stop, need, counted):
+def append_tokens(table, meta, cursor, hist, r, tokens, start, stop, need, depth):
     """Append tokens[start:stop] to request r (its group automaton and its history matches).
     Returns the tokens done up to; short of `stop` means grow as `need` says."""
     if stop <= start:
         return stop
     member = cursor[r, R_MEMBER : R_MEMBER + MEMBER_WIDTH]
-    j, first = append_run(table, meta, cursor[r, R_AUTO], member, tokens, start, stop, need, counted)
+    j, first = append_run(table, meta, cursor[r, R_AUTO], member, tokens, start, stop, need, depth)
     if cursor[r, R_FIRST] < 0:
         cursor[r, R_FIRST] = first
     cursor[r, R_TOKENS] += j - start
@@ -730,7 +745,7 @@ def first_bad_row(cursor, slots, rows, row_lengths):
 
 
 @njit(cache=True)
-def sync_rows(table, meta, cursor, history, slots, rows, row_lengths, need, counted):
+def sync_rows(table, meta, cursor, history, slots, rows, row_lengths, need, depth):
     """Append rows[i, seen:row_lengths[i]] to request slots[i], for the whole batch.
 
     Returns OK; GROW (call again after growing: it resumes); or the index of the first bad row
@@ -741,20 +756,20 @@ def sync_rows(table, meta, cursor, history, slots, rows, row_lengths, need, coun
     hist = history_views(table, history)
     for i in range(slots.size):
         r = slots[i]
-        done = append_tokens(table, meta, cursor, hist, r, rows[i], cursor[r, R_TOKENS], row_lengths[i], need, counted)
+        done = append_tokens(table, meta, cursor, hist, r, rows[i], cursor[r, R_TOKENS], row_lengths[i], need, depth)
         if done < row_lengths[i]:
             return GROW
     return OK
 
 
 @njit(cache=True)
-def extend_flat(table, meta, cursor, history, slots, tokens, offsets, progress, need, counted):
+def extend_flat(table, meta, cursor, history, slots, tokens, offsets, progress, need, depth):
     """Append tokens[offsets[i]:offsets[i+1]] to request slots[i] (validated by the caller).
     progress[i] counts what is done, so a call after GROW resumes. Returns OK or GROW."""
     hist = history_views(table, history)
     for i in range(slots.size):
         stop = offsets[i + 1]
-        done = append_tokens(table, meta, cursor, hist, slots[i], tokens, offsets[i] + progress[i], stop, need, counted)
+        done = append_tokens(table, meta, cursor, hist, slots[i], tokens, offsets[i] + progress[i], stop, need, depth)
         progress[i] = done - offsets[i]
         if done < stop:
             return GROW
@@ -762,10 +777,10 @@ def extend_flat(table, meta, cursor, history, slots, tokens, offsets, progress, 
 
 
 @njit(cache=True)
-def insert_text(table, meta, a, tokens, start, member, need, counted):
+def insert_text(table, meta, a, tokens, start, member, need, depth):
     """Insert tokens[start:] as a member of automaton a whose cursor is `member` (a fresh one for a
     group's prompt or a finished response). Returns the tokens done up to."""
-    j, _ = append_run(table, meta, a, member, tokens, start, tokens.size, need, counted)
+    j, _ = append_run(table, meta, a, member, tokens, start, tokens.size, need, depth)
     return j
 
 
@@ -785,7 +800,8 @@ P_FREQUENT = 2  # 1: score matches up to P_LONG_MATCH tokens by counts (else: fi
 P_MIN_PROB = 3  # frequent: stop a draft when its estimated probability falls below this
 P_PRIOR = 4  # frequent: pseudo-occurrences added to every context count (shrinks rare contexts)
 P_LONG_MATCH = 5  # frequent: matches longer than this follow their first occurrence
-POLICY_WIDTH = 6
+P_COUNT_DEPTH = 6  # frequent: count_depth(long_match); 0: no counts are kept
+POLICY_WIDTH = 7
 
 # Sources, in the order they win ties: the group automaton, the group's stored responses (prompt store),
 # then the history generations (newest first).
@@ -896,12 +912,12 @@ def _pooled_count(table, work, token):
 
 
 @njit(cache=True)
-def _frequent_path(table, work, length, cap, min_prob, prior, beat, out):
+def _frequent_path(table, work, length, deep, cap, min_prob, prior, beat, out):
     """From the states work[W_PATH + i] (one matched string of `length` tokens in each source),
     follow the most frequent continuation over the sources' pooled counts, at most `cap` tokens,
     while the estimated probability of the whole draft stays >= min_prob. A source drops out where
-    the path leaves it or leaves its scored states. Candidates are the sources' own most frequent
-    continuations (their inline edges).
+    the path leaves it or leaves its scored states (those holding a string of at most `deep`
+    tokens). Candidates are the sources' own most frequent continuations (their inline edges).
 
     Returns (tokens, expected accepted tokens, source of the first token). A path that cannot score
     above `beat` stops early (each later token adds at most the current probability)."""
@@ -915,7 +931,7 @@ def _frequent_path(table, work, length, cap, min_prob, prior, beat, out):
             u = work[W_PATH + i]
             if u > 0:
                 states = view(table, work[W_AUTO + i], T_STATES)
-                if length + n > SCORE_DEPTH and min_length(states, u) > SCORE_DEPTH:
+                if length + n > deep and min_length(states, u) > deep:
                     work[W_PATH + i] = -1
                 else:
                     total += _count(states, u)
@@ -956,6 +972,7 @@ def _frequent(table, work, k, policy, scratch, out_row, best_score):
 
     Returns (tokens, match length, source, score); no tokens if nothing beat best_score."""
     min_match = max(int(policy[P_MIN_MATCH]), 1)
+    deep = int(policy[P_COUNT_DEPTH]) - 1
     m = 0
     for i in range(NUM_SOURCES):
         m = max(m, work[W_LEN + i])
@@ -969,7 +986,9 @@ def _frequent(table, work, k, policy, scratch, out_row, best_score):
             else:
                 work[W_PATH + i] = -1
         cap = draft_length(m, k, min_match, policy[P_SCALED] > 0)
-        n, score, source = _frequent_path(table, work, m, cap, policy[P_MIN_PROB], policy[P_PRIOR], best_score, scratch)
+        n, score, source = _frequent_path(
+            table, work, m, deep, cap, policy[P_MIN_PROB], policy[P_PRIOR], best_score, scratch
+        )
         if n > 0 and score > best_score:
             best_n, best_match, best_source, best_score = n, m, source, score
             out_row[:n] = scratch[:n]
@@ -1045,7 +1064,7 @@ def step_rows(
 ):
     """sync_rows then propose_batch in one call. Every request is synced before any proposes, so a
     sibling's tokens of this step count whatever the row order. Returns sync_rows' answer."""
-    code = sync_rows(table, meta, cursor, history, slots, rows, row_lengths, need, policy[P_FREQUENT] > 0)
+    code = sync_rows(table, meta, cursor, history, slots, rows, row_lengths, need, int(policy[P_COUNT_DEPTH]))
     if code == OK and k > 0:
         propose_batch(table, cursor, history, slots, k, policy, work, scratch, out, out_len, out_match, out_source)
     return code

@@ -50,6 +50,7 @@ def policy_array(config: DraftConfig) -> np.ndarray:
     policy[core.P_MIN_PROB] = config.min_token_prob if config.length_policy == "confidence" else 0.0
     policy[core.P_PRIOR] = config.count_prior
     policy[core.P_LONG_MATCH] = config.long_match
+    policy[core.P_COUNT_DEPTH] = core.count_depth(config.long_match) if config.continuation == "frequent" else 0
     return policy
 
 
@@ -154,7 +155,7 @@ class BatchDrafter:
         self._history = np.full(core.NUM_HISTORY, -1, dtype=np.int64)  # newest generation first
         self._need = np.zeros(core.NEED_WIDTH, dtype=np.int64)
         self._policy = policy_array(self.config)
-        self._counted = self.config.continuation == "frequent"
+        self._count_depth = int(self._policy[core.P_COUNT_DEPTH])
         self._work = np.zeros(core.WORK_WIDTH, dtype=np.int64)
         self._scratch = np.zeros(max(self.config.k, 1), dtype=np.int32)
         self.prompt_store = (
@@ -245,7 +246,7 @@ class BatchDrafter:
             offsets,
             progress,
             self._need,
-            self._counted,
+            self._count_depth,
         )
 
     def sync(self, req_ids: Sequence[Hashable], rows: np.ndarray, row_lengths) -> None:
@@ -254,7 +255,7 @@ class BatchDrafter:
         Every row is checked first; on a bad row nothing is appended."""
         slots, row_lengths = self._check_rows(req_ids, rows, row_lengths)
         code = self._until_done(
-            core.sync_rows, self._cursor, self._history, slots, rows, row_lengths, self._need, self._counted
+            core.sync_rows, self._cursor, self._history, slots, rows, row_lengths, self._need, self._count_depth
         )
         self._raise_bad_row(code, req_ids, slots, rows, row_lengths)
 
@@ -318,7 +319,7 @@ class BatchDrafter:
         done = 0
         while True:
             done = core.insert_text(
-                self._automata.table, self._automata.meta, a, tokens, done, member, self._need, self._counted
+                self._automata.table, self._automata.meta, a, tokens, done, member, self._need, self._count_depth
             )
             if done == tokens.size:
                 return member

@@ -297,14 +297,14 @@ def brute_force_frequent_draft(
     down to min_match is scored, over the counts pooled across the sources holding it, then over the
     group alone: the draft follows the most frequent continuation while the product of its
     estimated probabilities (count / (context count + prior), at most 1) stays >= min_prob, a source
-    dropping out where the string stops occurring in it or stops being at most SCORE_DEPTH tokens
-    long in its shortest form; the score is the sum of those products, and the best score wins
-    (ties: the pooled pass, the longer match). `score_depth` (default SCORE_DEPTH) only exists to
-    show where that depth matters.
+    dropping out where the string stops occurring in it or stops being at most
+    `sam._core.score_depth(long_match)` tokens long in its shortest form; the score is the sum of
+    those products, and the best score wins (ties: the pooled pass, the longer match). The
+    `score_depth` argument only exists to show where that depth matters.
     """
-    from ._core import SCORE_DEPTH
+    from ._core import score_depth as default_depth
 
-    score_depth = SCORE_DEPTH if score_depth is None else score_depth
+    score_depth = default_depth(long_match) if score_depth is None else score_depth
     lengths = _source_lengths(sources, text)
     best_cont, best_match, best_source = brute_force_first_draft(sources, text, k, long_match)
     if best_match:

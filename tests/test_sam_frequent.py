@@ -139,7 +139,7 @@ def prefix_repeats(rng, n):
 
 def test_drafts_stop_where_counts_are_not_kept():
     """A draft of 8 tokens from a match of up to 16 can reach strings whose shortest form is longer
-    than SCORE_DEPTH; there the source drops out. Texts where that changes the draft are covered."""
+    than score_depth(16) = 20; there the source drops out. Texts where that changes the draft are covered."""
     rng = np.random.default_rng(1)
     config = DraftConfig(continuation="frequent", group_aware=False, k=8, count_prior=0.0, long_match=16)
     changed = 0
