@@ -170,6 +170,8 @@ def test_rows_that_go_backwards_are_rebuilt(caplog):
         ({"k": 3}, "num_speculative_tokens"),
         ({"tresh": 3}, "tresh"),
         ({"log_interval_s": -1}, "log_interval_s"),
+        ({"continuation": "latest"}, "continuation"),
+        ({"prompt_store_bytes": 0}, "prompt_store_bytes"),
     ],
 )
 def test_bad_settings_name_the_setting(raw, field):
@@ -184,6 +186,10 @@ def test_settings_defaults_and_null_threshold():
     assert SamSettings.from_mapping(5, {"threshold": None}).threshold is None
     with pytest.raises(ValueError, match="num_speculative_tokens"):
         SamSettings.from_mapping(0, {})
+    draft = s.draft_config()
+    assert (draft.continuation, draft.prompt_store) == ("frequent", False)  # the store is opt-in
+    stored = SamSettings.from_mapping(3, {"prompt_store": True, "prompt_store_bytes": 1 << 20}).draft_config()
+    assert (stored.prompt_store, stored.prompt_store_bytes) == (True, 1 << 20)
 
 
 class Clock:
