@@ -202,17 +202,15 @@ class BatchDrafter:
         self._group_of[req_id] = key
         core.track_history(self._automata.table, self._cursor, self._history, slot, prompt)
 
-    def finish(self, req_id: Hashable) -> None:
+    def finish(self, req_id: Hashable, keep: bool = True) -> None:
         """End a request and free what only it used; its response joins the history and the prompt
-        store if enabled."""
+        store if enabled. keep=False drops the response (a request about to be restarted from its
+        row: its full text arrives when it really finishes, so keeping this part would store it twice)."""
         slot = self._slot_of(req_id)
         key = self._group_of.pop(req_id)
         entry = self._groups[key]
-        response = self._response(slot, len(entry.prompt))
-        if self.config.history_tokens > 0:
-            self._add_to_history(response)
-        if self.prompt_store is not None:
-            self.prompt_store.add(entry.prompt, response)
+        if keep:
+            self._keep_response(entry.prompt, self._response(slot, len(entry.prompt)))
         del self._slot[req_id]
         entry.members -= 1
         if entry.members == 0:
@@ -408,6 +406,13 @@ class BatchDrafter:
         if response.size:
             core.read_tokens(self._automata.log(int(row[core.R_AUTO])), int(row[core.R_FIRST]), response.size, response)
         return response
+
+    def _keep_response(self, prompt: np.ndarray, response: np.ndarray) -> None:
+        """A finished response feeds the history and, keyed by its prompt, the prompt store."""
+        if self.config.history_tokens > 0:
+            self._add_to_history(response)
+        if self.prompt_store is not None:
+            self.prompt_store.add(prompt, response)
 
     def _add_to_history(self, response: np.ndarray) -> None:
         count = response.size
