@@ -22,10 +22,11 @@ from sam import DraftConfig
 
 from .data import TraceGroup
 from .drafters import ArcticSuffixDrafter, SamDrafter, VllmNgramDrafter, arctic_available, vllm_available
-from .replay import ReplayStats, replay
+from .replay import ReplayStats, replay, replay_revisits
 from .traces import QWEN25MATH, load_trace_set
 
 HISTORY_TOKENS = 1 << 21  # as in bench_replay: more than these traces hold, so nothing is evicted
+SMALL_HISTORY = 1 << 16  # the revisit proxy's history: less than one epoch of either trace set
 FIRST_EDGE = 128
 
 
@@ -38,13 +39,24 @@ class Method:
     missing: str = ""
 
 
+def sam_method(key: str, label: str, **settings) -> Method:
+    """Our drafter with these DraftConfig settings, as a method of the profile."""
+    return Method(key, label, lambda: SamDrafter(key, DraftConfig(**settings)))
+
+
+FIRST = dict(continuation="first")
+GROUP_HISTORY = dict(group_aware=True, history_tokens=HISTORY_TOKENS)
 METHODS = [
-    Method("sam_own", "SAM own context", lambda: SamDrafter("sam_own", DraftConfig(group_aware=False))),
-    Method("sam_group", "SAM group-aware", lambda: SamDrafter("sam_group", DraftConfig(group_aware=True))),
-    Method(
-        "sam_group_history",
-        "SAM group + history",
-        lambda: SamDrafter("sam_group_history", DraftConfig(group_aware=True, history_tokens=HISTORY_TOKENS)),
+    sam_method("sam_own", "SAM own context, first occurrence", group_aware=False, **FIRST),
+    sam_method("sam_group", "SAM group-aware, first occurrence", group_aware=True, **FIRST),
+    sam_method("sam_group_history", "SAM group + history, first occurrence", **GROUP_HISTORY, **FIRST),
+    sam_method("sam_group_history_frequent", "SAM group + history, frequent (default)", **GROUP_HISTORY),
+    sam_method(
+        "sam_group_history_confidence",
+        "SAM group + history, frequent, confidence 0.1",
+        **GROUP_HISTORY,
+        length_policy="confidence",
+        min_token_prob=0.1,
     ),
     Method(
         "ngram",
@@ -62,7 +74,20 @@ METHODS = [
         "arctic_inference is not importable (scripts/install_arctic_suffix.sh builds it)",
     ),
 ]
-METHOD_KEYS = [m.key for m in METHODS]
+# The revisit proxy (`replay_revisits`): a 64k-token history, smaller than one epoch of earlier visits.
+SMALL_GROUP_HISTORY = dict(group_aware=True, history_tokens=SMALL_HISTORY)
+REVISIT_METHODS = [
+    sam_method("sam_first_64k", "SAM group + 64k history, first occurrence", **SMALL_GROUP_HISTORY, **FIRST),
+    sam_method("sam_frequent_64k", "SAM group + 64k history, frequent (default)", **SMALL_GROUP_HISTORY),
+    sam_method(
+        "sam_frequent_64k_store",
+        "SAM group + 64k history + prompt store, frequent",
+        **SMALL_GROUP_HISTORY,
+        prompt_store=True,
+    ),
+    METHODS[-1],  # Arctic suffix decoding (its global cache holds the earlier epoch here)
+]
+METHOD_KEYS = [m.key for m in METHODS + REVISIT_METHODS[:-1]]
 
 
 def power_of_two_edges(longest_response: int, first: int = FIRST_EDGE) -> list[int]:
@@ -101,11 +126,14 @@ def acceptance_profile(
     bin_edges: list[int] | None = None,
     methods: list[str] | None = None,
     log=print,
+    revisits: bool = False,
 ) -> dict:
-    """Replay every available method over the groups; the profile dict (see the module docstring)."""
+    """Replay every available method over the groups; the profile dict (see the module docstring).
+    With `revisits`, the revisit proxy's methods over its current visits (`replay_revisits`)."""
     if bin_edges is None:
         bin_edges = power_of_two_edges(max(len(r) for g in groups for r in g.responses))
-    chosen = [m for m in METHODS if methods is None or m.key in methods]
+    run = replay_revisits if revisits else replay
+    chosen = [m for m in (REVISIT_METHODS if revisits else METHODS) if methods is None or m.key in methods]
     out = {
         "k": k,
         "trace_set": trace_set,
@@ -124,7 +152,7 @@ def acceptance_profile(
             log(f"  {m.key:<20} SKIPPED: {m.missing}")
             continue
         t0 = time.perf_counter()
-        stats = replay(m.make(), groups, k, bin_edges)
+        stats = run(m.make(), groups, k, bin_edges=bin_edges)
         out["methods"][m.key] = profile_entry(stats)
         out["labels"][m.key] = m.label
         log(f"  {m.key:<20} {stats.acceptance_length:.3f} tokens/step ({time.perf_counter() - t0:.0f} s)")
@@ -211,6 +239,11 @@ def parse_args(argv: list[str] | None = None):
         help="replay only responses at least this long (a fixed cohort across the bins below it)",
     )
     p.add_argument("--min-plot-steps", type=int, default=200, help="bins with fewer decode steps are not plotted")
+    p.add_argument(
+        "--revisits",
+        action="store_true",
+        help="the revisit proxy: each group's first 4 responses are an earlier visit, replayed one epoch before",
+    )
     p.add_argument("--out-dir", type=Path, default=Path("benchmarks/results"))
     return p.parse_args(argv)
 
@@ -223,13 +256,15 @@ def main(argv: list[str] | None = None) -> dict:
     if args.min_response_tokens:
         groups = long_responses_only(groups, args.min_response_tokens)
         name = f"{name}_min{args.min_response_tokens}"
+    if args.revisits:
+        name = f"{name}_revisits"
     name = args.name or name
     print(
         f"{name}: {len(groups)} groups, {sum(len(g.responses) for g in groups)} responses, "
         f"{sum(len(r) for g in groups for r in g.responses)} response tokens; replaying (k={args.k}):",
         flush=True,
     )
-    profile = acceptance_profile(groups, name, args.k, args.bin_edges, args.methods)
+    profile = acceptance_profile(groups, name, args.k, args.bin_edges, args.methods, revisits=args.revisits)
     profile["min_response_tokens"] = args.min_response_tokens
     print(format_table(profile))
     args.out_dir.mkdir(parents=True, exist_ok=True)

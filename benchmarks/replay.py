@@ -96,7 +96,7 @@ def _accepted_prefix(draft: np.ndarray, truth: np.ndarray) -> int:
     return int(mismatch[0]) if mismatch.size else n
 
 
-def replay_group(drafter, g: int, group: TraceGroup, k: int, stats: ReplayStats) -> None:
+def replay_group(drafter, g: int | str, group: TraceGroup, k: int, stats: ReplayStats) -> None:
     ids = [f"{g}/{i}" for i in range(len(group.responses))]
     texts = [np.concatenate([group.prompt, r]) for r in group.responses]
     plen = len(group.prompt)
@@ -135,3 +135,40 @@ def replay(drafter, groups: list[TraceGroup], k: int = 3, bin_edges=POSITION_BIN
     for g, group in enumerate(groups):
         replay_group(drafter, g, group, k, stats)
     return stats
+
+
+EARLIER_VISIT = 4  # responses per group that stand in for the prompt's previous visit
+
+
+def replay_revisits(
+    drafter, groups: list[TraceGroup], k: int = 3, earlier: int = EARLIER_VISIT, bin_edges=POSITION_BINS
+) -> ReplayStats:
+    """Epoch-spaced revisit proxy: each group's first `earlier` responses are the prompt's previous
+    visit, the others its current visit. Every prompt's previous visit is replayed first (one epoch),
+    then every current visit, through the same drafter; only the current visits are scored."""
+    if not all(0 < earlier < len(g.responses) for g in groups):
+        raise ValueError(f"every group needs more than {earlier} responses to split off an earlier visit")
+    for g, group in enumerate(groups):
+        earlier_visit = TraceGroup(group.prompt, group.responses[:earlier])
+        replay_group(drafter, f"earlier-{g}", earlier_visit, k, ReplayStats(bin_edges=tuple(bin_edges)))
+    stats = ReplayStats(bin_edges=tuple(bin_edges))
+    for g, group in enumerate(groups):
+        replay_group(drafter, f"current-{g}", TraceGroup(group.prompt, group.responses[earlier:]), k, stats)
+    return stats
+
+
+def with_replaced_tokens(groups: list[TraceGroup], rate: float, earlier: int = EARLIER_VISIT, seed: int = 0):
+    """The groups with a fraction `rate` of each earlier-visit response's tokens replaced by tokens
+    drawn from the same response: a crude stand-in for the policy drifting between visits (the
+    current visits are untouched)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for g in groups:
+        changed = []
+        for r in g.responses[:earlier]:
+            r = r.copy()
+            where = rng.random(r.size) < rate
+            r[where] = rng.choice(r, size=int(where.sum())) if r.size else r[where]
+            changed.append(r)
+        out.append(TraceGroup(g.prompt, changed + list(g.responses[earlier:])))
+    return out

@@ -18,14 +18,23 @@ def _windows(corpus: np.ndarray, context: int, count: int, rng) -> list[int]:
     return [int(o) for o in rng.integers(0, len(corpus) - context - 4096, size=count)]
 
 
-def sam_step_us(corpus: np.ndarray, context: int, batch: int, steps: int = 200, k: int = 3, seed: int = 0) -> float:
+def sam_step_us(
+    corpus: np.ndarray,
+    context: int,
+    batch: int,
+    steps: int = 200,
+    k: int = 3,
+    seed: int = 0,
+    config: DraftConfig | None = None,
+) -> float:
     """Median microseconds per request for one engine step through the public API: `step` reads
-    each request's new tokens from a token table (as vLLM's token_ids_cpu) and proposes."""
+    each request's new tokens from a token table (as vLLM's token_ids_cpu) and proposes. Requests
+    draft from their own context (config: the default policy, own context)."""
     rng = np.random.default_rng(seed)
     starts = _windows(corpus, context, batch, rng)
     width = context + 4 * (steps + 10)
     rows = np.stack([corpus[off : off + width] for off in starts])
-    drafter = BatchDrafter(DraftConfig(k=k, group_aware=False))
+    drafter = BatchDrafter(config or DraftConfig(k=k, group_aware=False))
     ids = list(range(batch))
     for b in range(batch):
         drafter.start(b, rows[b, :context])
@@ -41,11 +50,13 @@ def sam_step_us(corpus: np.ndarray, context: int, batch: int, steps: int = 200, 
     return float(np.median(per_request))
 
 
-def sam_build(corpus: np.ndarray, tokens: int, repeats: int = 5) -> tuple[float, float]:
+def sam_build(
+    corpus: np.ndarray, tokens: int, repeats: int = 5, config: DraftConfig | None = None
+) -> tuple[float, float]:
     """(microseconds per token, bytes per token) to build one request's automaton from scratch."""
     times, nbytes = [], 0
     for r in range(repeats + 1):
-        drafter = BatchDrafter(DraftConfig(group_aware=False))
+        drafter = BatchDrafter(config or DraftConfig(group_aware=False))
         t0 = time.perf_counter()
         drafter.start(0, corpus[r * 1000 : r * 1000 + tokens])
         elapsed = time.perf_counter() - t0

@@ -114,7 +114,23 @@ class SamStepTracker:
         out = step_metrics_from_deltas(total, engines=len(snapshots))
         # requests the drafters hold now: the last engine step's finishers are freed with the next step
         out[f"{METRIC_PREFIX}live_requests"] = float(sum(s.get("live_requests", 0) for s in snapshots.values()))
+        out |= prompt_store_metrics(snapshots)
         return out
+
+
+def prompt_store_metrics(snapshots: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
+    """What the engines' prompt stores hold now and their hit fraction since start (none when off).
+    Cumulative, not per step: a revisit comes an epoch later, so a step's own hits say little."""
+    stores = [s["prompt_store"] for s in snapshots.values() if s.get("prompt_store")]
+    if not stores:
+        return {}
+    visits = sum(st["hits"] + st["misses"] for st in stores)
+    p = METRIC_PREFIX
+    return {
+        f"{p}prompt_store_bytes": float(sum(st["nbytes"] for st in stores)),
+        f"{p}prompt_store_prompts": float(sum(st["prompts"] for st in stores)),
+        f"{p}prompt_store_hit_fraction": sum(st["hits"] for st in stores) / visits if visits else 0.0,
+    }
 
 
 def step_metrics_from_deltas(d: Mapping[str, float], engines: int) -> dict[str, float]:

@@ -17,7 +17,15 @@ from sam.switch import validate_schedule
 SETTINGS_KEY = "sam_spec"
 AUTO = "auto"  # schedule: the online switch (sam.auto_switch)
 WHERE = f"additional_config.{SETTINGS_KEY}"
-_DRAFT_FIELDS = ("min_match", "length_policy", "group_aware", "history_tokens")
+_DRAFT_FIELDS = (
+    "min_match",
+    "length_policy",
+    "continuation",
+    "group_aware",
+    "history_tokens",
+    "prompt_store",
+    "prompt_store_bytes",
+)
 
 
 @dataclass(frozen=True)
@@ -29,7 +37,9 @@ class SamSettings:
         n <= max_batch, none above the last pair (``sam.switch``); or ``"auto"``: the online switch
         learns this engine's step cost and the drafts' acceptance and chooses k per step
         (``sam.auto_switch``). Set instead of ``threshold``.
-    min_match, length_policy, group_aware, history_tokens: passed to ``sam.DraftConfig``.
+    min_match, length_policy, continuation, group_aware, history_tokens, prompt_store,
+        prompt_store_bytes: passed to ``sam.DraftConfig`` (the prompt store lives in the engine's
+        drafter, so it carries a prompt's responses from one RL step to its next visit).
     log_interval_s: log the proposer's own metrics every this many seconds (0 = never).
     """
 
@@ -38,7 +48,10 @@ class SamSettings:
     min_match: int = 1
     length_policy: str = "fixed"
     group_aware: bool = True
+    continuation: str = DraftConfig.continuation
     history_tokens: int = 0
+    prompt_store: bool = False
+    prompt_store_bytes: int = DraftConfig.prompt_store_bytes
     log_interval_s: float = 0.0
     schedule: tuple | str | None = None
 

@@ -168,7 +168,7 @@ class SamStepper:
         rebuilt = 0
         for i, rid in enumerate(req_ids):
             if d.num_tokens(rid) > int(lengths[i]):
-                d.finish(rid)
+                d.finish(rid, keep=False)  # not finished: its whole response is stored when it is
                 self._start(rid, token_ids_cpu[i, : int(num_prompt_tokens[i])])
                 rebuilt += 1
         if not rebuilt:
@@ -209,4 +209,7 @@ class SamStepper:
         out["drafter_nbytes"] = int(self.drafter.nbytes)
         out["peak_drafter_nbytes"] = max(self.metrics.peak_drafter_nbytes, out["drafter_nbytes"])
         out["switch"] = self.switch.report()
+        store = self.drafter.prompt_store
+        if store is not None:  # hits, misses, prompts, tokens, bytes (not in drafter_nbytes)
+            out["prompt_store"] = store.stats().as_dict()
         return out

@@ -2,14 +2,17 @@
 
 from .automaton import SuffixAutomaton
 from .config import DraftConfig
-from .drafter import SOURCE_GROUP, SOURCE_HISTORY, SOURCE_NONE, BatchDrafter, Proposal
+from .drafter import SOURCE_GROUP, SOURCE_HISTORY, SOURCE_NONE, SOURCE_STORE, BatchDrafter, Proposal
+from .prompt_store import PromptStore
 
 __all__ = [
     "BatchDrafter",
     "DraftConfig",
+    "PromptStore",
     "Proposal",
     "SuffixAutomaton",
     "SOURCE_NONE",
     "SOURCE_GROUP",
     "SOURCE_HISTORY",
+    "SOURCE_STORE",
 ]

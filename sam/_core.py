@@ -6,7 +6,7 @@ compiled code through `table[a]`, which holds each array's address and length:
 - `states[a]`: int32, `STATE_WIDTH` fields per state: length, suffix link, `rep` (the log position
   of the state's first occurrence, i.e. min endpos in insertion order), its first out-edge inline
   (token, target; 94% of states have exactly one edge, so a walk rarely leaves the state record),
-  and the block holding its other edges.
+  the block holding its other edges, and `count`, its number of end positions (occurrences).
 - `edges[a]`: int32 (token, target) pairs for the edges beyond the first. Blocks of 1, 2, 4 or 8
   pairs are scanned linearly; larger blocks are open-addressing hash tables keyed by token, with a
   header pair holding the degree. Freed blocks go to per-class free lists.
@@ -16,6 +16,18 @@ compiled code through `table[a]`, which holds each array's address and length:
   Empty slots hold -1.
 
 Per-automaton counters live in `meta[a]` (int64); per-request cursors in `cursor[r]` (int64).
+
+Counts are kept only where they are cheap: for states holding a string of at most `depth` tokens
+(`count_depth(long_match)`, a setting of the drafter, fixed for its automata). Each member (a request's
+text, a prompt, a finished response) keeps a cursor on the state of its last min(depth, length)
+tokens; an append walks from there to the root adding one occurrence, then walks the previous
+cursor's path to keep each state's inline edge its most frequent continuation (ties: the one that
+reached that count first). That bounds the work per token by 2 * depth states (at most 42), whatever
+the context length.
+
+Drafting reaches its sources (group, stored responses, history generations) by automaton id through
+`table`, never by indexing a tuple of arrays at run time: numba copies such a tuple and counts
+references on every access, which cost more than the whole draft.
 
 Compiled code never allocates. A kernel that runs out of room stops between tokens, writes what it
 needs into `need`, and returns GROW; Python grows the arrays and calls it again, and it resumes where
@@ -30,10 +42,25 @@ from numba import carray, njit, types
 from numba.extending import intrinsic
 
 # --- states ---------------------------------------------------------------------------------
-STATE_WIDTH = 6
-S_LEN, S_LINK, S_REP, S_TOKEN, S_TARGET, S_BLOCK = 0, 1, 2, 3, 4, 5
+STATE_WIDTH = 7
+S_LEN, S_LINK, S_REP, S_TOKEN, S_TARGET, S_BLOCK, S_COUNT = 0, 1, 2, 3, 4, 5, 6
 NO_EDGE = -1
 NO_BLOCK = -1
+
+# --- occurrence counts ------------------------------------------------------------------------
+MAX_LONG_MATCH = 16  # frequent policy: matches longer than `long_match` (at most this) follow their first occurrence
+DRAFT_REACH = 4  # scored drafts of up to DRAFT_REACH + 1 tokens from a long_match-token match stay on counted states
+
+
+def score_depth(long_match: int) -> int:
+    """States holding a string this short keep their most frequent continuation inline."""
+    return long_match + DRAFT_REACH
+
+
+def count_depth(long_match: int) -> int:
+    """States holding a string this short keep their occurrence count."""
+    return score_depth(long_match) + 1
+
 
 # --- edge blocks: block id = (size class << OFFSET_BITS) | offset in pairs --------------------
 OFFSET_BITS = 26
@@ -49,24 +76,31 @@ CHUNK = 32  # slots per chunk; the last one links to the next chunk
 M_STATES = 0  # states used
 M_PAIRS = 1  # edge pairs handed out by the bump allocator
 M_LOG = 2  # log slots handed out
-M_PROMPT_STATE = 3  # state of the shared prompt (group automata) or 0
-M_PROMPT_POS = 4  # log position of the prompt's last token, -1 if empty
-M_TOKENS = 5  # tokens appended to this automaton
-M_FREE = 6  # first free-list head; NUM_CLASSES of them
+M_PROMPT = 3  # the shared prompt's member cursor (MEMBER_WIDTH fields; group automata)
+M_TOKENS = 7  # tokens appended to this automaton
+M_FREE = 8  # first free-list head; NUM_CLASSES of them
 META_WIDTH = M_FREE + NUM_CLASSES
+
+# --- member cursor: where one text (a request, a prompt, a finished response) ends -------------
+MB_STATE = 0  # state of the whole text
+MB_POS = 1  # log position of its last token, -1 if none
+MB_BOUND = 2  # state of its last min(depth, length) tokens (where counting starts)
+MB_BOUND_LEN = 3  # that length
+MEMBER_WIDTH = 4
 
 # --- request cursor fields --------------------------------------------------------------------
 R_AUTO = 0  # automaton of the request's group
-R_STATE = 1  # state of the request's whole text
-R_POS = 2  # log position of its last token, -1 if none
-R_TOKENS = 3  # tokens seen, prompt included
-R_FIRST = 4  # log position of its first response token, -1 if none yet
-R_HIST = 5  # per history generation: (state, match length) pairs
+R_MEMBER = 1  # the request's member cursor (MEMBER_WIDTH fields)
+R_TOKENS = R_MEMBER + MEMBER_WIDTH  # tokens seen, prompt included
+R_FIRST = R_TOKENS + 1  # log position of its first response token, -1 if none yet
+R_HIST = R_FIRST + 1  # per history generation: (state, match length) pairs
 NUM_HISTORY = 2
-CURSOR_WIDTH = R_HIST + 2 * NUM_HISTORY
+R_STORE = R_HIST + 2 * NUM_HISTORY  # (state, match length) in the group's stored-responses automaton
+R_STORE_AUTO = R_STORE + 2  # that automaton, -1 if none
+CURSOR_WIDTH = R_STORE_AUTO + 1
 
 # --- draft sources ----------------------------------------------------------------------------
-SOURCE_NONE, SOURCE_GROUP, SOURCE_HISTORY = 0, 1, 2
+SOURCE_NONE, SOURCE_GROUP, SOURCE_HISTORY, SOURCE_STORE = 0, 1, 2, 3
 
 # --- the array table: per automaton, (address, length) of its states, edges and log ------------
 T_STATES, T_EDGES, T_LOG = 0, 1, 2
@@ -87,14 +121,21 @@ def new_automaton_arrays(expected_tokens: int = 0):
     n = max(expected_tokens, 1)
     # Sized for typical text (~1.8 states and ~0.3 extra edges per token); growth covers the rest.
     states = np.empty(max(INITIAL_STATES, n * 15 // 8) * STATE_WIDTH, dtype=np.int32)
-    states[:STATE_WIDTH] = (0, -1, -1, NO_EDGE, -1, NO_BLOCK)
+    states[:STATE_WIDTH] = (0, -1, -1, NO_EDGE, -1, NO_BLOCK, 0)
     edges = np.empty(max(INITIAL_PAIRS, n // 3) * 2, dtype=np.int32)
     log = np.full(max(INITIAL_LOG, (n // (CHUNK - 1) + 2) * CHUNK), -1, dtype=np.int32)
     meta = np.zeros(META_WIDTH, dtype=np.int64)
     meta[M_STATES] = 1
-    meta[M_PROMPT_POS] = -1
+    meta[M_PROMPT + MB_POS] = -1
     meta[M_FREE:] = -1
     return states, edges, log, meta
+
+
+def new_member():
+    """The cursor of a text that has not started: no state beyond the root, no log position."""
+    member = np.zeros(MEMBER_WIDTH, dtype=np.int64)
+    member[MB_POS] = -1
+    return member
 
 
 @intrinsic
@@ -330,6 +371,50 @@ def set_edge(states, edges, m, s, token, target):
     states[s * STATE_WIDTH + S_BLOCK] = bigger
 
 
+@njit(cache=True)
+def _hash_delete(edges, block, token):
+    """Remove `token` (present) from a hash block; later entries of its probe run shift back."""
+    cls = block >> OFFSET_BITS
+    off = block & OFFSET_MASK
+    mask = (1 << cls) - 1
+    base = off + 1
+    i = _find_slot(edges, block, token) - base
+    j = i
+    while True:
+        j = (j + 1) & mask
+        t = edges[2 * (base + j)]
+        if t < 0:
+            break
+        home = _hash_slot(t, mask)
+        # The entry at j may fill the hole at i unless its home lies cyclically in (i, j].
+        if (j > i and (home <= i or home > j)) or (j < i and home <= i and home > j):
+            edges[2 * (base + i)] = t
+            edges[2 * (base + i) + 1] = edges[2 * (base + j) + 1]
+            i = j
+    edges[2 * (base + i)] = -1
+    edges[2 * (base + i) + 1] = -1
+    edges[2 * off] -= 1
+
+
+@njit(cache=True)
+def _promote(states, edges, s, token):
+    """Make the edge s --token--> (held in s's block) the inline one; the inline edge moves to the
+    block. Allocates nothing."""
+    b = s * STATE_WIDTH
+    block = states[b + S_BLOCK]
+    i = _find_slot(edges, block, token)
+    target = edges[2 * i + 1]
+    old_token, old_target = states[b + S_TOKEN], states[b + S_TARGET]
+    if (block >> OFFSET_BITS) <= MAX_LINEAR_CLASS:
+        edges[2 * i] = old_token
+        edges[2 * i + 1] = old_target
+    else:
+        _hash_delete(edges, block, token)
+        _block_put(edges, block, old_token, old_target)
+    states[b + S_TOKEN] = token
+    states[b + S_TARGET] = target
+
+
 # ============================================================================ states ===========
 @njit(cache=True, inline="always")
 def _new_state(states, m, length, link, rep):
@@ -342,6 +427,7 @@ def _new_state(states, m, length, link, rep):
     states[b + S_TOKEN] = NO_EDGE
     states[b + S_TARGET] = -1
     states[b + S_BLOCK] = NO_BLOCK
+    states[b + S_COUNT] = 0
     m[M_STATES] = n + 1
     return n
 
@@ -353,6 +439,7 @@ def _split(states, edges, m, p, token, q, length):
     c = _new_state(states, m, length, states[q * STATE_WIDTH + S_LINK], states[q * STATE_WIDTH + S_REP])
     states[c * STATE_WIDTH + S_TOKEN] = states[q * STATE_WIDTH + S_TOKEN]
     states[c * STATE_WIDTH + S_TARGET] = states[q * STATE_WIDTH + S_TARGET]
+    states[c * STATE_WIDTH + S_COUNT] = states[q * STATE_WIDTH + S_COUNT]
     block = states[q * STATE_WIDTH + S_BLOCK]
     if block != NO_BLOCK:
         copy = _alloc_block(edges, m, block >> OFFSET_BITS)
@@ -393,6 +480,58 @@ def extend_state(states, edges, m, last, token, pos):
         else:
             states[cur * STATE_WIDTH + S_LINK] = _split(states, edges, m, p, token, q, p_len + 1)
     return cur
+
+
+@njit(cache=True, inline="always")
+def _normalise(states, v, length):
+    """The state that holds the suffix of `length` ending in state v's class, after later splits."""
+    while v > 0 and length <= states[states[v * STATE_WIDTH + S_LINK] * STATE_WIDTH + S_LEN]:
+        v = states[v * STATE_WIDTH + S_LINK]
+    return v
+
+
+@njit(cache=True, inline="always")
+def min_length(states, v):
+    """Length of the shortest string of state v (v > 0)."""
+    return states[states[v * STATE_WIDTH + S_LINK] * STATE_WIDTH + S_LEN] + 1
+
+
+@njit(cache=True)
+def count_occurrence(states, edges, member, token, depth):
+    """After `token` was appended to a member (its state already extended): one more occurrence
+    for every state holding a suffix of at most `depth` tokens, and, for the states of the previous
+    suffixes that hold one of at most depth - 1, the inline edge kept on the most frequent
+    continuation.
+
+    At most 2 depth states are visited; nothing is allocated."""
+    before = member[MB_BOUND_LEN]
+    b = _normalise(states, member[MB_BOUND], before)
+    v = get_edge(states, edges, b, token)
+    after = before + 1
+    if after > depth:
+        after = depth
+        v = _normalise(states, v, after)
+    member[MB_BOUND] = v
+    member[MB_BOUND_LEN] = after
+    # x runs over the previous suffixes' states, w over the new ones (each counted once, on arrival):
+    # w = x --token--> when w holds x's shortest string followed by the token.
+    w = v
+    states[w * STATE_WIDTH + S_COUNT] += 1
+    x = b
+    while x > 0:
+        xb = x * STATE_WIDTH
+        shortest = min_length(states, x)
+        if shortest < depth and states[xb + S_TOKEN] != token:
+            while states[states[w * STATE_WIDTH + S_LINK] * STATE_WIDTH + S_LEN] > shortest:
+                w = states[w * STATE_WIDTH + S_LINK]
+                states[w * STATE_WIDTH + S_COUNT] += 1
+            if states[w * STATE_WIDTH + S_COUNT] > states[states[xb + S_TARGET] * STATE_WIDTH + S_COUNT]:
+                _promote(states, edges, x, token)
+        x = states[xb + S_LINK]
+    w = states[w * STATE_WIDTH + S_LINK]
+    while w > 0:
+        states[w * STATE_WIDTH + S_COUNT] += 1
+        w = states[w * STATE_WIDTH + S_LINK]
 
 
 # ============================================================================ token log ========
@@ -486,42 +625,41 @@ def _track(states, edges, cursor, r, field, token):
         length = states[v * STATE_WIDTH + S_LEN]
 
 
-@njit(cache=True, inline="always")
-def _normalise(states, v, length):
-    """The state that holds the suffix of `length` ending in state v's class, after later splits."""
-    while v > 0 and length <= states[states[v * STATE_WIDTH + S_LINK] * STATE_WIDTH + S_LEN]:
-        v = states[v * STATE_WIDTH + S_LINK]
-    return v
-
-
 @njit(cache=True)
-def _append_in_place(states, edges, log, m, state, pos, first, tokens, start, stop):
+def _append_in_place(states, edges, log, m, member, tokens, start, stop, depth):
     """Append tokens[start:stop] to one member while the edge pool has room.
 
-    Returns (tokens done up to, state, pos, first pos written)."""
+    Returns (tokens done up to, first log position written or -1)."""
     free = edges.size // 2 - m[M_PAIRS]
+    first = -1
+    state, pos = member[MB_STATE], member[MB_POS]
+    done = stop
     for j in range(start, stop):
         token = tokens[j]
-        need = pairs_needed(states, edges, state, token)
-        if need > free:
-            return j, state, pos, first
+        if pairs_needed(states, edges, state, token) > free:
+            done = j
+            break
         pos = write_token(log, m, pos, token)
         if first < 0:
             first = pos
         state = extend_state(states, edges, m, state, token, pos)
+        if depth > 0:
+            count_occurrence(states, edges, member, token, depth)
         free = edges.size // 2 - m[M_PAIRS]
-    return stop, state, pos, first
+    member[MB_STATE], member[MB_POS] = state, pos
+    return done, first
 
 
 RUN = 1024  # tokens per reservation: the worst case (two states a token) is reserved a run at a time
 
 
 @njit(cache=True)
-def append_run(table, meta, a, state, pos, tokens, start, stop, need):
-    """Append tokens[start:stop] to one member of automaton a while its arrays have room.
+def append_run(table, meta, a, member, tokens, start, stop, need, depth):
+    """Append tokens[start:stop] to one member of automaton a (its cursor `member` is updated) while
+    its arrays have room; with `depth` > 0, occurrence counts to that depth follow.
 
-    Returns (tokens done up to, state, pos, first log position written or -1); stopping short of
-    `stop` means `need` says what to grow."""
+    Returns (tokens done up to, first log position written or -1); stopping short of `stop` means
+    `need` says what to grow."""
     m = meta[a]
     states, edges, log = view(table, a, T_STATES), view(table, a, T_EDGES), view(table, a, T_LOG)
     first = -1
@@ -532,16 +670,16 @@ def append_run(table, meta, a, state, pos, tokens, start, stop, need):
         log_need = m[M_LOG] + _log_room(run_stop - j)
         if states_need > states.size or log_need > log.size:
             _ask(need, a, states_need, 0, log_need)
-            return j, state, pos, first
-        j, state, pos, first_here = _append_in_place(states, edges, log, m, state, pos, -1, tokens, j, run_stop)
+            return j, first
+        j, first_here = _append_in_place(states, edges, log, m, member, tokens, j, run_stop, depth)
         if first < 0:
             first = first_here
         if 2 * m[M_PAIRS] > edges.size or m[M_STATES] * STATE_WIDTH > states.size or m[M_LOG] > log.size:
             raise RuntimeError("suffix automaton overran its reserved room (a bug in pairs_needed)")
         if j < run_stop:
-            _ask(need, a, 0, 2 * (m[M_PAIRS] + pairs_needed(states, edges, state, tokens[j])), 0)
-            return j, state, pos, first
-    return j, state, pos, first
+            _ask(need, a, 0, 2 * (m[M_PAIRS] + pairs_needed(states, edges, member[MB_STATE], tokens[j])), 0)
+            return j, first
+    return j, first
 
 
 @njit(cache=True)
@@ -569,21 +707,21 @@ def _track_run(hs, he, cursor, r, field, tokens, start, stop):
 
 
 @njit(cache=True)
-def append_tokens(table, meta, cursor, hist, r, tokens, start, stop, need):
+def append_tokens(table, meta, cursor, hist, r, tokens, start, stop, need, depth):
     """Append tokens[start:stop] to request r (its group automaton and its history matches).
     Returns the tokens done up to; short of `stop` means grow as `need` says."""
     if stop <= start:
         return stop
-    j, state, pos, first = append_run(
-        table, meta, cursor[r, R_AUTO], cursor[r, R_STATE], cursor[r, R_POS], tokens, start, stop, need
-    )
-    cursor[r, R_STATE] = state
-    cursor[r, R_POS] = pos
+    member = cursor[r, R_MEMBER : R_MEMBER + MEMBER_WIDTH]
+    j, first = append_run(table, meta, cursor[r, R_AUTO], member, tokens, start, stop, need, depth)
     if cursor[r, R_FIRST] < 0:
         cursor[r, R_FIRST] = first
     cursor[r, R_TOKENS] += j - start
     _track_run(hist[0][0], hist[0][1], cursor, r, R_HIST, tokens, start, j)
     _track_run(hist[1][0], hist[1][1], cursor, r, R_HIST + 2, tokens, start, j)
+    store = cursor[r, R_STORE_AUTO]
+    if store >= 0:
+        _track_run(view(table, store, T_STATES), view(table, store, T_EDGES), cursor, r, R_STORE, tokens, start, j)
     return j
 
 
@@ -607,7 +745,7 @@ def first_bad_row(cursor, slots, rows, row_lengths):
 
 
 @njit(cache=True)
-def sync_rows(table, meta, cursor, history, slots, rows, row_lengths, need):
+def sync_rows(table, meta, cursor, history, slots, rows, row_lengths, need, depth):
     """Append rows[i, seen:row_lengths[i]] to request slots[i], for the whole batch.
 
     Returns OK; GROW (call again after growing: it resumes); or the index of the first bad row
@@ -618,22 +756,20 @@ def sync_rows(table, meta, cursor, history, slots, rows, row_lengths, need):
     hist = history_views(table, history)
     for i in range(slots.size):
         r = slots[i]
-        if (
-            append_tokens(table, meta, cursor, hist, r, rows[i], cursor[r, R_TOKENS], row_lengths[i], need)
-            < row_lengths[i]
-        ):
+        done = append_tokens(table, meta, cursor, hist, r, rows[i], cursor[r, R_TOKENS], row_lengths[i], need, depth)
+        if done < row_lengths[i]:
             return GROW
     return OK
 
 
 @njit(cache=True)
-def extend_flat(table, meta, cursor, history, slots, tokens, offsets, progress, need):
+def extend_flat(table, meta, cursor, history, slots, tokens, offsets, progress, need, depth):
     """Append tokens[offsets[i]:offsets[i+1]] to request slots[i] (validated by the caller).
     progress[i] counts what is done, so a call after GROW resumes. Returns OK or GROW."""
     hist = history_views(table, history)
     for i in range(slots.size):
         stop = offsets[i + 1]
-        done = append_tokens(table, meta, cursor, hist, slots[i], tokens, offsets[i] + progress[i], stop, need)
+        done = append_tokens(table, meta, cursor, hist, slots[i], tokens, offsets[i] + progress[i], stop, need, depth)
         progress[i] = done - offsets[i]
         if done < stop:
             return GROW
@@ -641,11 +777,11 @@ def extend_flat(table, meta, cursor, history, slots, tokens, offsets, progress, 
 
 
 @njit(cache=True)
-def insert_text(table, meta, a, tokens, start, state, pos, need):
-    """Insert tokens[start:] as a member of automaton a that starts at (state, pos): (0, -1) for a
-    fresh one (a group's prompt, a finished response). Returns (done up to, state, pos)."""
-    j, state, pos, _ = append_run(table, meta, a, state, pos, tokens, start, tokens.size, need)
-    return j, state, pos
+def insert_text(table, meta, a, tokens, start, member, need, depth):
+    """Insert tokens[start:] as a member of automaton a whose cursor is `member` (a fresh one for a
+    group's prompt or a finished response). Returns the tokens done up to."""
+    j, _ = append_run(table, meta, a, member, tokens, start, tokens.size, need, depth)
+    return j
 
 
 @njit(cache=True)
@@ -657,12 +793,31 @@ def track_history(table, cursor, history, r, tokens):
 
 
 # ============================================================================ drafting =========
-@njit(cache=True)
-def _best_in(states, log, v, length, k):
-    """Walk from (v, length) towards the root until a first occurrence has a follower.
+# Policy: one float64 array, built once per configuration.
+P_MIN_MATCH = 0  # no draft below this match length
+P_SCALED = 1  # 1: one token per matched token beyond min_match - 1, capped at k
+P_FREQUENT = 2  # 1: score matches up to P_LONG_MATCH tokens by counts (else: first occurrence only)
+P_MIN_PROB = 3  # frequent: stop a draft when its estimated probability falls below this
+P_PRIOR = 4  # frequent: pseudo-occurrences added to every context count (shrinks rare contexts)
+P_LONG_MATCH = 5  # frequent: matches longer than this follow their first occurrence
+P_COUNT_DEPTH = 6  # frequent: count_depth(long_match); 0: no counts are kept
+POLICY_WIDTH = 7
 
-    Returns (match length, position, available tokens)."""
-    while v > 0:
+# Sources, in the order they win ties: the group automaton, the group's stored responses (prompt store),
+# then the history generations (newest first).
+NUM_SOURCES = 2 + NUM_HISTORY
+W_AUTO = 0  # work[W_AUTO + i]: source i's automaton, -1 if absent
+W_STATE = NUM_SOURCES  # its state of the matched suffix
+W_LEN = 2 * NUM_SOURCES  # its match length (0: no match, or left out)
+W_PATH = 3 * NUM_SOURCES  # a draft path's current state in it (-1: off the path)
+WORK_WIDTH = 4 * NUM_SOURCES
+
+
+@njit(cache=True)
+def _best_in(states, log, v, length, k, longer_than):
+    """Walk from (v, length) towards the root, while the match is longer than `longer_than`, until a
+    first occurrence has a follower. Returns (match length, position, available tokens)."""
+    while v > 0 and length > longer_than:
         pos = states[v * STATE_WIDTH + S_REP]
         n = continuation_length(log, pos, k)
         if n > 0:
@@ -684,44 +839,207 @@ def draft_length(match, k, min_match, scaled):
     return k
 
 
-@njit(cache=True)
-def _propose_one(table, cursor, hist, r, k, min_match, scaled, use_history, out_row):
-    """Draft for request r into out_row; the longest match among the group automaton and the
-    history generations wins (ties: group first, newer history next).
+@njit(cache=True, inline="always")
+def _source_kind(i):
+    """What a proposal reports for source i."""
+    if i == 0:
+        return SOURCE_GROUP
+    return SOURCE_STORE if i == 1 else SOURCE_HISTORY
 
-    Returns (tokens drafted, match length, source)."""
+
+@njit(cache=True)
+def _matches(table, cursor, history, r, group_only, work):
+    """Each source's automaton and matched suffix (state, length) for request r into `work`; with
+    `group_only` the other sources get length 0."""
     a = cursor[r, R_AUTO]
-    states = view(table, a, T_STATES)
-    log = view(table, a, T_LOG)
-    v = cursor[r, R_STATE]
-    best, best_pos, best_n = _best_in(states, log, v, states[v * STATE_WIDTH + S_LEN], k)
-    best_log = log
-    source = SOURCE_GROUP
-    if use_history:
-        for g in range(NUM_HISTORY):
-            h_states, _, h_log = hist[g]
-            if h_states.size == 0:
-                continue
-            field = R_HIST + 2 * g
-            hv = _normalise(h_states, cursor[r, field], cursor[r, field + 1])
-            m, pos, n = _best_in(h_states, h_log, hv, cursor[r, field + 1], k)
-            if m > best:
-                best, best_pos, best_n, best_log, source = m, pos, n, h_log, SOURCE_HISTORY
-    count = min(draft_length(best, k, min_match, scaled), best_n)
-    if count > 0:
-        copy_continuation(best_log, best_pos, count, out_row)
-    return count, best, source if count > 0 else SOURCE_NONE
+    v = cursor[r, R_MEMBER + MB_STATE]
+    work[W_AUTO] = a
+    work[W_STATE] = v
+    work[W_LEN] = view(table, a, T_STATES)[v * STATE_WIDTH + S_LEN]
+    work[W_AUTO + 1] = cursor[r, R_STORE_AUTO]
+    for g in range(NUM_HISTORY):
+        work[W_AUTO + 2 + g] = history[g]
+    for i in range(1, NUM_SOURCES):
+        a = work[W_AUTO + i]
+        field = R_STORE if i == 1 else R_HIST + 2 * (i - 2)
+        if not group_only and a >= 0:
+            work[W_STATE + i] = _normalise(view(table, a, T_STATES), cursor[r, field], cursor[r, field + 1])
+            work[W_LEN + i] = cursor[r, field + 1]
+        else:
+            work[W_STATE + i] = 0
+            work[W_LEN + i] = 0
 
 
 @njit(cache=True)
-def propose_batch(
-    table, cursor, history, slots, k, min_match, scaled, use_history, out, out_len, out_match, out_source
-):
+def _first_occurrence(table, work, k, longer_than):
+    """The longest match longer than `longer_than` whose first occurrence has a follower, over all
+    sources (ties: the order of the sources). Returns (match, source, position, available)."""
+    best, best_src, best_pos, best_n = 0, -1, -1, 0
+    for i in range(NUM_SOURCES):
+        if work[W_LEN + i] == 0:
+            continue
+        a = work[W_AUTO + i]
+        match, pos, n = _best_in(
+            view(table, a, T_STATES), view(table, a, T_LOG), work[W_STATE + i], work[W_LEN + i], k, longer_than
+        )
+        if match > best:
+            best, best_src, best_pos, best_n = match, i, pos, n
+    return best, best_src, best_pos, best_n
+
+
+@njit(cache=True, inline="always")
+def _count(states, v):
+    return states[v * STATE_WIDTH + S_COUNT]
+
+
+@njit(cache=True)
+def _pooled_count(table, work, token):
+    """Occurrences of the path's string followed by `token`, summed over the sources on the path;
+    and the source holding most of them."""
+    pooled, top, top_source = 0, 0, -1
+    for j in range(NUM_SOURCES):
+        u = work[W_PATH + j]
+        if u > 0:
+            a = work[W_AUTO + j]
+            states = view(table, a, T_STATES)
+            nxt = get_edge(states, view(table, a, T_EDGES), u, token)
+            if nxt >= 0:
+                c = _count(states, nxt)
+                pooled += c
+                if c > top:
+                    top, top_source = c, j
+    return pooled, top_source
+
+
+@njit(cache=True)
+def _frequent_path(table, work, length, deep, cap, min_prob, prior, beat, out):
+    """From the states work[W_PATH + i] (one matched string of `length` tokens in each source),
+    follow the most frequent continuation over the sources' pooled counts, at most `cap` tokens,
+    while the estimated probability of the whole draft stays >= min_prob. A source drops out where
+    the path leaves it or leaves its scored states (those holding a string of at most `deep`
+    tokens). Candidates are the sources' own most frequent continuations (their inline edges).
+
+    Returns (tokens, expected accepted tokens, source of the first token). A path that cannot score
+    above `beat` stops early (each later token adds at most the current probability)."""
+    p = 1.0
+    score = 0.0
+    n = 0
+    first_source = -1
+    while n < cap:
+        total = prior
+        for i in range(NUM_SOURCES):
+            u = work[W_PATH + i]
+            if u > 0:
+                states = view(table, work[W_AUTO + i], T_STATES)
+                if length + n > deep and min_length(states, u) > deep:
+                    work[W_PATH + i] = -1
+                else:
+                    total += _count(states, u)
+        best_token, best_count, best_source = -1, 0, -1
+        for i in range(NUM_SOURCES):
+            u = work[W_PATH + i]
+            if u <= 0:
+                continue
+            token = view(table, work[W_AUTO + i], T_STATES)[u * STATE_WIDTH + S_TOKEN]
+            if token < 0:
+                continue
+            pooled, source = _pooled_count(table, work, token)
+            if pooled > best_count:
+                best_token, best_count, best_source = token, pooled, source
+        if best_token < 0:
+            break
+        p *= min(1.0, best_count / total)
+        if p < min_prob or score + p * (cap - n) <= beat:
+            break
+        out[n] = best_token
+        n += 1
+        score += p
+        if first_source < 0:
+            first_source = best_source
+        for i in range(NUM_SOURCES):
+            u = work[W_PATH + i]
+            if u > 0:
+                a = work[W_AUTO + i]
+                work[W_PATH + i] = get_edge(view(table, a, T_STATES), view(table, a, T_EDGES), u, best_token)
+    return n, score, first_source
+
+
+@njit(cache=True)
+def _frequent(table, work, k, policy, scratch, out_row, best_score):
+    """Score a draft for every matched length from min(long_match, longest match) down to min_match
+    (once per run of lengths whose states agree in every source) and keep the best expected number
+    of accepted tokens above `best_score` (ties: the longer match) in out_row.
+
+    Returns (tokens, match length, source, score); no tokens if nothing beat best_score."""
+    min_match = max(int(policy[P_MIN_MATCH]), 1)
+    deep = int(policy[P_COUNT_DEPTH]) - 1
+    m = 0
+    for i in range(NUM_SOURCES):
+        m = max(m, work[W_LEN + i])
+    m = min(m, int(policy[P_LONG_MATCH]))
+    best_n, best_match, best_source = 0, 0, -1
+    while m >= min_match:
+        for i in range(NUM_SOURCES):
+            if work[W_LEN + i] >= m:
+                work[W_STATE + i] = _normalise(view(table, work[W_AUTO + i], T_STATES), work[W_STATE + i], m)
+                work[W_PATH + i] = work[W_STATE + i]
+            else:
+                work[W_PATH + i] = -1
+        cap = draft_length(m, k, min_match, policy[P_SCALED] > 0)
+        n, score, source = _frequent_path(
+            table, work, m, deep, cap, policy[P_MIN_PROB], policy[P_PRIOR], best_score, scratch
+        )
+        if n > 0 and score > best_score:
+            best_n, best_match, best_source, best_score = n, m, source, score
+            out_row[:n] = scratch[:n]
+        below = 0  # the next length at which some source's state changes or a source starts matching
+        for i in range(NUM_SOURCES):
+            length = work[W_LEN + i]
+            if length >= m:
+                below = max(below, min_length(view(table, work[W_AUTO + i], T_STATES), work[W_STATE + i]) - 1)
+            else:
+                below = max(below, length)
+        m = below
+    return best_n, best_match, best_source, best_score
+
+
+@njit(cache=True)
+def _propose_one(table, cursor, history, r, k, policy, work, scratch, out_row):
+    """Draft for request r into out_row. Returns (tokens drafted, match length, source).
+
+    First occurrence: the longest match among the sources wins (ties: the order of the sources).
+    Frequent: the same for matches longer than long_match; below that, the best-scored draft over
+    counts pooled across all sources, or over the group automaton alone (its own statistics: a
+    request's loops, its siblings' phrasing)."""
+    frequent = policy[P_FREQUENT] > 0
+    min_match = int(policy[P_MIN_MATCH])
+    _matches(table, cursor, history, r, False, work)
+    match, src, pos, n = _first_occurrence(table, work, k, int(policy[P_LONG_MATCH]) if frequent else 0)
+    if match > 0:
+        count = min(draft_length(match, k, min_match, policy[P_SCALED] > 0), n)
+        if count <= 0:
+            return 0, match, SOURCE_NONE
+        copy_continuation(view(table, work[W_AUTO + src], T_LOG), pos, count, out_row)
+        return count, match, _source_kind(src)
+    if not frequent:
+        return 0, 0, SOURCE_NONE
+    count, match, src, score = _frequent(table, work, k, policy, scratch, out_row, 0.0)
+    if work[W_AUTO + 1] >= 0 or work[W_AUTO + 2] >= 0:  # the group alone (_frequent moved the matches)
+        _matches(table, cursor, history, r, True, work)
+        alone, alone_match, alone_src, _ = _frequent(table, work, k, policy, scratch, out_row, score)
+        if alone > 0:
+            count, match, src = alone, alone_match, alone_src
+    if count <= 0:
+        return 0, match, SOURCE_NONE
+    return count, match, _source_kind(src)
+
+
+@njit(cache=True)
+def propose_batch(table, cursor, history, slots, k, policy, work, scratch, out, out_len, out_match, out_source):
     """Drafts for requests slots[i] into out[i, :out_len[i]]."""
-    hist = history_views(table, history)
     for i in range(slots.size):
         out_len[i], out_match[i], out_source[i] = _propose_one(
-            table, cursor, hist, slots[i], k, min_match, scaled, use_history, out[i]
+            table, cursor, history, slots[i], k, policy, work, scratch, out[i]
         )
 
 
@@ -736,9 +1054,9 @@ def step_rows(
     row_lengths,
     need,
     k,
-    min_match,
-    scaled,
-    use_history,
+    policy,
+    work,
+    scratch,
     out,
     out_len,
     out_match,
@@ -746,9 +1064,7 @@ def step_rows(
 ):
     """sync_rows then propose_batch in one call. Every request is synced before any proposes, so a
     sibling's tokens of this step count whatever the row order. Returns sync_rows' answer."""
-    code = sync_rows(table, meta, cursor, history, slots, rows, row_lengths, need)
+    code = sync_rows(table, meta, cursor, history, slots, rows, row_lengths, need, int(policy[P_COUNT_DEPTH]))
     if code == OK and k > 0:
-        propose_batch(
-            table, cursor, history, slots, k, min_match, scaled, use_history, out, out_len, out_match, out_source
-        )
+        propose_batch(table, cursor, history, slots, k, policy, work, scratch, out, out_len, out_match, out_source)
     return code

@@ -19,6 +19,7 @@ import numpy as np
 
 from . import _core as core
 from .config import DraftConfig
+from .prompt_store import PromptStore
 
 _INT32_MAX = np.iinfo(np.int32).max
 
@@ -29,10 +30,28 @@ class Proposal(NamedTuple):
     tokens: np.ndarray  # int32 [batch, k], padded with -1
     lengths: np.ndarray  # int32 [batch]: tokens drafted
     match_lengths: np.ndarray  # int32 [batch]: length of the matched suffix behind each draft
-    sources: np.ndarray  # int8 [batch]: SOURCE_NONE, SOURCE_GROUP or SOURCE_HISTORY
+    sources: np.ndarray  # int8 [batch]: SOURCE_NONE, SOURCE_GROUP, SOURCE_HISTORY or SOURCE_STORE
 
 
-SOURCE_NONE, SOURCE_GROUP, SOURCE_HISTORY = core.SOURCE_NONE, core.SOURCE_GROUP, core.SOURCE_HISTORY
+SOURCE_NONE, SOURCE_GROUP, SOURCE_HISTORY, SOURCE_STORE = (
+    core.SOURCE_NONE,
+    core.SOURCE_GROUP,
+    core.SOURCE_HISTORY,
+    core.SOURCE_STORE,
+)
+
+
+def policy_array(config: DraftConfig) -> np.ndarray:
+    """The drafting settings as the compiled core reads them (core.P_* fields)."""
+    policy = np.zeros(core.POLICY_WIDTH, dtype=np.float64)
+    policy[core.P_MIN_MATCH] = config.min_match
+    policy[core.P_SCALED] = config.length_policy == "scaled"
+    policy[core.P_FREQUENT] = config.continuation == "frequent"
+    policy[core.P_MIN_PROB] = config.min_token_prob if config.length_policy == "confidence" else 0.0
+    policy[core.P_PRIOR] = config.count_prior
+    policy[core.P_LONG_MATCH] = config.long_match
+    policy[core.P_COUNT_DEPTH] = core.count_depth(config.long_match) if config.continuation == "frequent" else 0
+    return policy
 
 
 def as_token_array(tokens, what: str = "tokens") -> np.ndarray:
@@ -113,12 +132,13 @@ class _Automata:
 
 
 class _Group:
-    __slots__ = ("automaton", "prompt", "members")
+    __slots__ = ("automaton", "prompt", "members", "store")
 
     def __init__(self, automaton: int, prompt: np.ndarray) -> None:
         self.automaton = automaton
         self.prompt = prompt
         self.members = 0
+        self.store = -1  # automaton of the prompt's stored responses (prompt store), -1 if none
 
 
 class BatchDrafter:
@@ -134,12 +154,22 @@ class BatchDrafter:
         self._groups: dict[Hashable, _Group] = {}
         self._history = np.full(core.NUM_HISTORY, -1, dtype=np.int64)  # newest generation first
         self._need = np.zeros(core.NEED_WIDTH, dtype=np.int64)
+        self._policy = policy_array(self.config)
+        self._count_depth = int(self._policy[core.P_COUNT_DEPTH])
+        self._work = np.zeros(core.WORK_WIDTH, dtype=np.int64)
+        self._scratch = np.zeros(max(self.config.k, 1), dtype=np.int32)
+        self.prompt_store = (
+            PromptStore(self.config.prompt_store_bytes, self.config.prompt_store_tokens)
+            if self.config.prompt_store
+            else None
+        )
         if self.config.history_tokens > 0:
             self._history[0] = self._automata.new()
 
     # ------------------------------------------------------------------ life cycle --------------
     def start(self, req_id: Hashable, prompt, group: Hashable | None = None) -> None:
-        """Begin a request. Siblings pass the same `group` and must pass the same prompt."""
+        """Begin a request. Siblings pass the same `group` and must pass the same prompt. With the
+        prompt store on, a new group's automaton also gets the stored responses to its prompt."""
         if req_id in self._slot:
             raise ValueError(f"request {req_id!r} was already started")
         prompt = as_token_array(prompt, f"prompt of request {req_id!r}")
@@ -148,9 +178,8 @@ class BatchDrafter:
         if entry is None:
             entry = _Group(self._automata.new(len(prompt)), prompt.copy())
             a = entry.automaton
-            state, pos = self._insert(a, prompt)
-            self._automata.meta[a, core.M_PROMPT_STATE] = state
-            self._automata.meta[a, core.M_PROMPT_POS] = pos
+            self._automata.meta[a, core.M_PROMPT : core.M_PROMPT + core.MEMBER_WIDTH] = self._insert(a, prompt)
+            entry.store = self._stored_responses(prompt)
             self._groups[key] = entry
         elif not np.array_equal(entry.prompt, prompt):
             raise ValueError(f"request {req_id!r} joins group {group!r} with a different prompt than its siblings")
@@ -160,25 +189,34 @@ class BatchDrafter:
         row = self._cursor[slot]
         row[:] = 0
         row[core.R_AUTO] = a
-        row[core.R_STATE] = self._automata.meta[a, core.M_PROMPT_STATE]
-        row[core.R_POS] = self._automata.meta[a, core.M_PROMPT_POS]
+        row[core.R_MEMBER : core.R_MEMBER + core.MEMBER_WIDTH] = self._automata.meta[
+            a, core.M_PROMPT : core.M_PROMPT + core.MEMBER_WIDTH
+        ]
         row[core.R_TOKENS] = len(prompt)
         row[core.R_FIRST] = -1
+        row[core.R_STORE_AUTO] = entry.store
+        if entry.store >= 0:  # the prompt is matched in full there
+            row[core.R_STORE] = self._automata.meta[entry.store, core.M_PROMPT + core.MB_STATE]
+            row[core.R_STORE + 1] = len(prompt)
         self._slot[req_id] = slot
         self._group_of[req_id] = key
         core.track_history(self._automata.table, self._cursor, self._history, slot, prompt)
 
-    def finish(self, req_id: Hashable) -> None:
-        """End a request and free what only it used; its response joins the history if enabled."""
+    def finish(self, req_id: Hashable, keep: bool = True) -> None:
+        """End a request and free what only it used; its response joins the history and the prompt
+        store if enabled. keep=False drops the response (a request about to be restarted from its
+        row: its full text arrives when it really finishes, so keeping this part would store it twice)."""
         slot = self._slot_of(req_id)
         key = self._group_of.pop(req_id)
         entry = self._groups[key]
-        if self.config.history_tokens > 0:
-            self._add_to_history(slot, len(entry.prompt))
+        if keep:
+            self._keep_response(entry.prompt, self._response(slot, len(entry.prompt)))
         del self._slot[req_id]
         entry.members -= 1
         if entry.members == 0:
             self._automata.free(entry.automaton)
+            if entry.store >= 0:
+                self._automata.free(entry.store)
             del self._groups[key]
         self._free_slots.append(slot)
 
@@ -197,14 +235,26 @@ class BatchDrafter:
         if offsets[-1] != tokens.size:
             raise ValueError(f"counts add up to {int(offsets[-1])} but {tokens.size} tokens were given")
         progress = np.zeros(slots.size, dtype=np.int64)
-        self._until_done(core.extend_flat, self._cursor, self._history, slots, tokens, offsets, progress, self._need)
+        self._until_done(
+            core.extend_flat,
+            self._cursor,
+            self._history,
+            slots,
+            tokens,
+            offsets,
+            progress,
+            self._need,
+            self._count_depth,
+        )
 
     def sync(self, req_ids: Sequence[Hashable], rows: np.ndarray, row_lengths) -> None:
         """Bring each request up to rows[i, :row_lengths[i]] (its prompt plus accepted tokens) by
         appending what it has not seen yet. rows is a 2-D integer array such as vLLM's token_ids_cpu.
         Every row is checked first; on a bad row nothing is appended."""
         slots, row_lengths = self._check_rows(req_ids, rows, row_lengths)
-        code = self._until_done(core.sync_rows, self._cursor, self._history, slots, rows, row_lengths, self._need)
+        code = self._until_done(
+            core.sync_rows, self._cursor, self._history, slots, rows, row_lengths, self._need, self._count_depth
+        )
         self._raise_bad_row(code, req_ids, slots, rows, row_lengths)
 
     def propose(self, req_ids: Sequence[Hashable], k: int | None = None) -> Proposal:
@@ -213,7 +263,7 @@ class BatchDrafter:
         slots = self._slots_of(req_ids)
         out = self._empty_proposal(slots.size, k)
         if k > 0 and slots.size > 0:
-            core.propose_batch(self._automata.table, self._cursor, self._history, slots, k, *self._policy(), *out)
+            core.propose_batch(self._automata.table, self._cursor, self._history, slots, k, *self._buffers(k), *out)
         return out
 
     def step(self, req_ids: Sequence[Hashable], rows: np.ndarray, row_lengths, k: int | None = None) -> Proposal:
@@ -221,8 +271,9 @@ class BatchDrafter:
         k = self._check_k(self.config.k if k is None else k)
         slots, row_lengths = self._check_rows(req_ids, rows, row_lengths)
         out = self._empty_proposal(slots.size, k)
+        buffers = self._buffers(k)
         code = self._until_done(
-            core.step_rows, self._cursor, self._history, slots, rows, row_lengths, self._need, k, *self._policy(), *out
+            core.step_rows, self._cursor, self._history, slots, rows, row_lengths, self._need, k, *buffers, *out
         )
         self._raise_bad_row(code, req_ids, slots, rows, row_lengths)
         return out
@@ -240,8 +291,10 @@ class BatchDrafter:
 
     @property
     def nbytes(self) -> int:
-        """Bytes held by live automata (groups and history) and the request table."""
+        """Bytes held by live automata (groups, their stored responses, history) and the request
+        table; the prompt store's own bytes are `prompt_store.nbytes`."""
         autos = {g.automaton for g in self._groups.values()} | {int(h) for h in self._history if h >= 0}
+        autos |= {g.store for g in self._groups.values() if g.store >= 0}
         return sum(self._automata.nbytes(a) for a in autos) + self._cursor.nbytes
 
     @property
@@ -257,20 +310,24 @@ class BatchDrafter:
                 return code
             self._automata.grow(self._need)
 
-    def _insert(self, a: int, tokens: np.ndarray) -> tuple[int, int]:
-        """Insert a whole text as a fresh member of automaton a; returns its end (state, pos)."""
-        done, state, pos = 0, 0, -1
+    def _insert(self, a: int, tokens: np.ndarray, member: np.ndarray | None = None) -> np.ndarray:
+        """Insert a whole text into automaton a as a fresh member, or continuing `member` (a cursor,
+        updated); returns the cursor at its end."""
+        member = core.new_member() if member is None else member
+        done = 0
         while True:
-            done, state, pos = core.insert_text(
-                self._automata.table, self._automata.meta, a, tokens, done, state, pos, self._need
+            done = core.insert_text(
+                self._automata.table, self._automata.meta, a, tokens, done, member, self._need, self._count_depth
             )
             if done == tokens.size:
-                return state, pos
+                return member
             self._automata.grow(self._need)
 
-    def _policy(self):
-        cfg = self.config
-        return cfg.min_match, cfg.length_policy == "scaled", cfg.history_tokens > 0
+    def _buffers(self, k: int):
+        """(policy, work, scratch) for a compiled call drafting at most k tokens."""
+        if self._scratch.size < k:
+            self._scratch = np.zeros(k, dtype=np.int32)
+        return self._policy, self._work, self._scratch
 
     @staticmethod
     def _check_k(k) -> int:
@@ -329,13 +386,38 @@ class BatchDrafter:
             self._free_slots = list(range(2 * n - 1, n - 1, -1))
         return self._free_slots.pop()
 
-    def _add_to_history(self, slot: int, prompt_length: int) -> None:
+    def _stored_responses(self, prompt: np.ndarray) -> int:
+        """An automaton of the prompt and its stored responses (each continuing the prompt), or -1
+        when the prompt store is off or holds none."""
+        responses = self.prompt_store.responses(prompt) if self.prompt_store is not None else []
+        if not responses:
+            return -1
+        a = self._automata.new(len(prompt) + sum(r.size for r in responses))
+        at_prompt = self._insert(a, prompt)
+        self._automata.meta[a, core.M_PROMPT : core.M_PROMPT + core.MEMBER_WIDTH] = at_prompt
+        for response in responses:
+            self._insert(a, response, at_prompt.copy())
+        return a
+
+    def _response(self, slot: int, prompt_length: int) -> np.ndarray:
+        """The tokens a request generated (read back from its automaton's log)."""
         row = self._cursor[slot]
-        count = int(row[core.R_TOKENS]) - prompt_length
-        if count <= 0 or count > self.config.history_tokens // 2:
+        response = np.empty(max(int(row[core.R_TOKENS]) - prompt_length, 0), dtype=np.int32)
+        if response.size:
+            core.read_tokens(self._automata.log(int(row[core.R_AUTO])), int(row[core.R_FIRST]), response.size, response)
+        return response
+
+    def _keep_response(self, prompt: np.ndarray, response: np.ndarray) -> None:
+        """A finished response feeds the history and, keyed by its prompt, the prompt store."""
+        if self.config.history_tokens > 0:
+            self._add_to_history(response)
+        if self.prompt_store is not None:
+            self.prompt_store.add(prompt, response)
+
+    def _add_to_history(self, response: np.ndarray) -> None:
+        count = response.size
+        if count == 0 or count > self.config.history_tokens // 2:
             return  # nothing generated, or a single response larger than a history generation
-        response = np.empty(count, dtype=np.int32)
-        core.read_tokens(self._automata.log(int(row[core.R_AUTO])), int(row[core.R_FIRST]), count, response)
         if self._automata.tokens(int(self._history[0])) + count > self.config.history_tokens // 2:
             self._rotate_history()
         self._insert(int(self._history[0]), response)
@@ -348,6 +430,6 @@ class BatchDrafter:
         self._history[1:] = self._history[:-1]
         self._history[0] = self._automata.new()
         live = np.fromiter(self._slot.values(), dtype=np.int64, count=len(self._slot))
-        hist = self._cursor[:, core.R_HIST :]
+        hist = self._cursor[:, core.R_HIST : core.R_HIST + 2 * core.NUM_HISTORY]
         hist[live, 2:] = hist[live, :-2]
         hist[live, :2] = 0

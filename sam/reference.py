@@ -167,3 +167,156 @@ def brute_force_history_draft(history: list[list[int]], text: list[int], k: int)
             a = ref.log_prev[a]
         common.append(n)
     return _draft_from_matches(ref, common, k)
+
+
+# ------------------------------------------------------------------ the frequent continuation -------
+# Definitions by brute force over the insertion log: what `continuation="frequent"` drafts. A source is
+# a ReferenceAutomaton (the group: prompt and members; a history: finished responses, one member each).
+
+
+def _ends_with(ref: ReferenceAutomaton, time: int, string: list[int]) -> bool:
+    for token in reversed(string):
+        if time < 0 or ref.log_token[time] != token:
+            return False
+        time = ref.log_prev[time]
+    return True
+
+
+def end_times(ref: ReferenceAutomaton, string: list[int]) -> list[int]:
+    """The log times at which `string` ends (its occurrences, in insertion order)."""
+    return [t for t in range(len(ref.log_token)) if _ends_with(ref, t, string)]
+
+
+def shortest_equivalent(ref: ReferenceAutomaton, string: list[int]) -> int:
+    """Length of the shortest suffix of `string` that ends exactly where `string` ends (the shortest
+    string of its automaton state)."""
+    ends = end_times(ref, string)
+    return next(j for j in range(1, len(string) + 1) if end_times(ref, string[-j:]) == ends)
+
+
+def most_frequent_follower(ref: ReferenceAutomaton, string: list[int]) -> int | None:
+    """The token that follows `string` most often; ties: the one that reached that count first."""
+    best, best_key = None, None
+    for token in sorted(set(ref.log_token)):
+        ends = end_times(ref, string + [token])
+        if ends:
+            key = (-len(ends), ends[-1])  # more occurrences first, then the earlier last one
+            if best_key is None or key < best_key:
+                best, best_key = token, key
+    return best
+
+
+def _first_occurrence_match(ref, text, length, k, longer_than):
+    """(match, continuation) for the longest suffix of `text` (at most `length` tokens, more than
+    `longer_than`) whose first occurrence in `ref` has a follower."""
+    for m in range(length, longer_than, -1):
+        ends = end_times(ref, text[-m:])
+        if ends:
+            cont = ref.continuation(ends[0], k)
+            if cont:
+                return m, cont
+    return 0, []
+
+
+def _matched_length(ref: ReferenceAutomaton, text: list[int]) -> int:
+    return next((m for m in range(len(text), 0, -1) if end_times(ref, text[-m:])), 0)
+
+
+def _source_lengths(sources: list[ReferenceAutomaton], text: list[int]) -> list[int]:
+    """Each source's longest match: the whole text in the group (sources[0]), which holds it."""
+    return [len(text)] + [_matched_length(ref, text) for ref in sources[1:]]
+
+
+def brute_force_first_draft(
+    sources: list[ReferenceAutomaton], text: list[int], k: int, longer_than: int = 0
+) -> tuple[list[int], int, int | None]:
+    """The longest match over several sources (group first: it holds `text` as a member; then any
+    others, e.g. stored responses and history) whose first occurrence has a follower, longer than
+    `longer_than`; ties: the earlier source. (continuation, match length, source index or None)."""
+    best_match, best_cont, best_source = 0, [], None
+    for i, (ref, length) in enumerate(zip(sources, _source_lengths(sources, text))):
+        m, cont = _first_occurrence_match(ref, text, length, k, longer_than)
+        if m > best_match:
+            best_match, best_cont, best_source = m, cont, i
+    return best_cont, best_match, best_source
+
+
+def _pooled_path(sources, on, string, cap, min_prob, prior, score_depth):
+    """The most frequent continuation of `string` over the pooled counts of sources `on`."""
+    p, score, out, first_source = 1.0, 0.0, [], None
+    while len(out) < cap:
+        on = [i for i in on if shortest_equivalent(sources[i], string) <= score_depth]
+        total = prior
+        for i in on:
+            total += len(end_times(sources[i], string))
+        best, best_count, best_source = None, 0, None
+        for i in on:
+            token = most_frequent_follower(sources[i], string)
+            if token is None:
+                continue
+            counts = [len(end_times(sources[j], string + [token])) for j in on]
+            if sum(counts) > best_count:
+                best, best_count = token, sum(counts)
+                best_source = on[counts.index(max(counts))]
+        if best is None:
+            break
+        p *= min(1.0, best_count / total)
+        if p < min_prob:
+            break
+        out.append(best)
+        score += p
+        first_source = best_source if first_source is None else first_source
+        string = string + [best]
+        on = [j for j in on if end_times(sources[j], string)]
+    return out, score, first_source
+
+
+def _draft_length(match: int, k: int, min_match: int, scaled: bool) -> int:
+    if match < min_match or match == 0:
+        return 0
+    return min(k, match - min_match + 1) if scaled else k
+
+
+def brute_force_frequent_draft(
+    sources: list[ReferenceAutomaton],
+    text: list[int],
+    k: int,
+    min_match: int = 1,
+    scaled: bool = False,
+    min_prob: float = 0.0,
+    prior: float = 1.0,
+    long_match: int = 8,
+    score_depth: int | None = None,
+) -> tuple[list[int], int, int | None]:
+    """The frequent draft by definition: (tokens, match length, source index or None).
+
+    sources[0] is the group (it holds `text` as a member, so every suffix occurs there), then the
+    group's stored responses and the history generations, newest first, where present. A match
+    longer than `long_match` whose first occurrence has a follower wins as in
+    `brute_force_first_draft`. Otherwise every matched length from min(long_match, longest match)
+    down to min_match is scored, over the counts pooled across the sources holding it, then over the
+    group alone: the draft follows the most frequent continuation while the product of its
+    estimated probabilities (count / (context count + prior), at most 1) stays >= min_prob, a source
+    dropping out where the string stops occurring in it or stops being at most
+    `sam._core.score_depth(long_match)` tokens long in its shortest form; the score is the sum of
+    those products, and the best score wins (ties: the pooled pass, the longer match). The
+    `score_depth` argument only exists to show where that depth matters.
+    """
+    from ._core import score_depth as default_depth
+
+    score_depth = default_depth(long_match) if score_depth is None else score_depth
+    lengths = _source_lengths(sources, text)
+    best_cont, best_match, best_source = brute_force_first_draft(sources, text, k, long_match)
+    if best_match:
+        count = min(_draft_length(best_match, k, min_match, scaled), len(best_cont))
+        return (best_cont[:count], best_match, best_source) if count > 0 else ([], best_match, None)
+    best = ([], 0, None, 0.0)
+    passes = [list(range(len(sources)))] + ([[0]] if len(sources) > 1 else [])
+    for allowed in passes:
+        for m in range(min(long_match, max(lengths[i] for i in allowed)), max(min_match, 1) - 1, -1):
+            on = [i for i in allowed if lengths[i] >= m]
+            cap = _draft_length(m, k, min_match, scaled)
+            tokens, score, source = _pooled_path(sources, on, text[-m:], cap, min_prob, prior, score_depth)
+            if tokens and score > best[3]:
+                best = (tokens, m, source, score)
+    return best[0], best[1], best[2]

@@ -81,3 +81,14 @@ def test_cohort_keeps_only_long_responses_and_drops_empty_groups():
     groups = [TraceGroup(PROMPT, [short, long_, short]), TraceGroup(PROMPT, [short])]
     kept = long_responses_only(groups, 50)
     assert len(kept) == 1 and [len(r) for r in kept[0].responses] == [50]
+
+
+def test_revisit_profile_scores_current_visits_with_the_store():
+    """Five identical responses: the first four are the earlier visit; the fifth, drafted from the
+    stored ones, emits k + 1 tokens a step once it has a match."""
+    groups = [TraceGroup(PROMPT, [np.tile(CYCLE, 4)] * 5)]
+    profile = acceptance_profile(
+        groups, "cycle", k=3, bin_edges=[0, 16], methods=["sam_frequent_64k_store"], log=lambda *_: None, revisits=True
+    )
+    stored = profile["methods"]["sam_frequent_64k_store"]
+    assert sum(stored["steps"]) == 8  # 31 decode tokens at 4 a step (the last step emits 3)

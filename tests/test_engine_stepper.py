@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from rollout.metrics import SamStepTracker
 from rollout.settings import SETTINGS_KEY, SamSettings
 from rollout.stepper import SamStepper, prompt_group_key
 
@@ -159,6 +160,34 @@ def test_rows_that_go_backwards_are_rebuilt(caplog):
     assert "rebuilt 1 request" in caplog.text
 
 
+def test_the_prompt_store_carries_a_finished_response_to_the_next_visit():
+    """The engine path: a request's response is kept under its prompt when it finishes, and the next
+    request with that prompt (RL's next visit) drafts from it; a rebuilt row stores nothing."""
+    prompt, response = [1, 2, 3], [30, 31, 32, 33, 34, 35]  # no repeats: only the store can draft
+    st = SamStepper(settings(threshold=None, prompt_store=True), max_model_len=W)
+    b = Batch()
+    b.add("visit1", prompt)
+    b.append(0, response)
+    step(st, b, [[35]])
+    b.len[0] -= 2  # a row that went backwards is rebuilt, not finished: nothing is stored
+    step(st, b, [[33]])
+    assert st.snapshot()["prompt_store"]["added_responses"] == 0
+    b.append(0, response[-2:])
+    step(st, b, [[35]])
+    st.finish("visit1")
+    b.remove(0)
+    b.add("visit2", prompt)
+    b.append(0, response[:1])
+    assert step(st, b, [[30]])[0] == response[1:4]
+    stats = st.snapshot()["prompt_store"]
+    assert (stats["added_responses"], stats["tokens"]) == (1, len(response))
+    assert (stats["hits"], stats["misses"]) == (1, 2)  # visit1 and its rebuild found nothing
+    assert "prompt_store" not in SamStepper(settings(), max_model_len=W).snapshot()  # off by default
+    metrics = SamStepTracker().step_metrics({"engine0": st.snapshot()})
+    assert metrics["rollout/sam_prompt_store_hit_fraction"] == pytest.approx(1 / 3)
+    assert metrics["rollout/sam_prompt_store_bytes"] == stats["nbytes"] > 4 * len(response)
+
+
 @pytest.mark.parametrize(
     "raw, field",
     [
@@ -170,6 +199,8 @@ def test_rows_that_go_backwards_are_rebuilt(caplog):
         ({"k": 3}, "num_speculative_tokens"),
         ({"tresh": 3}, "tresh"),
         ({"log_interval_s": -1}, "log_interval_s"),
+        ({"continuation": "latest"}, "continuation"),
+        ({"prompt_store_bytes": 0}, "prompt_store_bytes"),
     ],
 )
 def test_bad_settings_name_the_setting(raw, field):
@@ -184,6 +215,10 @@ def test_settings_defaults_and_null_threshold():
     assert SamSettings.from_mapping(5, {"threshold": None}).threshold is None
     with pytest.raises(ValueError, match="num_speculative_tokens"):
         SamSettings.from_mapping(0, {})
+    draft = s.draft_config()
+    assert (draft.continuation, draft.prompt_store) == ("frequent", False)  # the store is opt-in
+    stored = SamSettings.from_mapping(3, {"prompt_store": True, "prompt_store_bytes": 1 << 20}).draft_config()
+    assert (stored.prompt_store, stored.prompt_store_bytes) == (True, 1 << 20)
 
 
 class Clock:

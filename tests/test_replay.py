@@ -2,10 +2,11 @@
 only responses that finished earlier."""
 
 import numpy as np
+import pytest
 
 from benchmarks.data import TraceGroup
 from benchmarks.drafters import SamDrafter
-from benchmarks.replay import replay
+from benchmarks.replay import replay, replay_revisits
 from sam import DraftConfig
 
 
@@ -44,3 +45,17 @@ def test_history_holds_only_earlier_groups():
     first = replay(SamDrafter("history", DraftConfig(group_aware=False, history_tokens=1 << 16)), groups[:1])
     assert first.acceptance_length == 1.0  # its own response is not in the history while it runs
     assert stats.tokens > first.tokens and stats.acceptance_length > 1.5  # the repeat drafts from history
+
+
+def test_revisit_proxy_scores_only_the_current_visit():
+    """Each group's first response is its earlier visit, replayed (with every other earlier visit)
+    before any current one; a current visit that repeats it drafts from it only through the prompt
+    store (or a history that still holds it)."""
+    groups = [TraceGroup(random_text(20, 10 + g), [random_text(300, 20 + g)] * 2) for g in range(3)]
+    plain = replay_revisits(SamDrafter("g", DraftConfig()), groups, earlier=1)
+    stored = replay_revisits(SamDrafter("g+store", DraftConfig(prompt_store=True)), groups, earlier=1)
+    assert plain.acceptance_length == 1.0
+    assert stored.acceptance_length > 3.5  # k + 1 = 4 tokens a step, but for the last step of each
+    assert stored.tokens == plain.tokens == 3 * 299  # the current visits' decode tokens only
+    with pytest.raises(ValueError, match="more than 2 responses"):
+        replay_revisits(SamDrafter("g", DraftConfig()), groups, earlier=2)

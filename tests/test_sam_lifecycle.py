@@ -199,8 +199,26 @@ def test_sync_refuses_bad_rows_and_appends_nothing():
 
 @pytest.mark.parametrize(
     "field, value",
-    [("k", -1), ("k", 2.0), ("min_match", 0), ("length_policy", "linear"), ("group_aware", 1), ("history_tokens", -5)],
+    [
+        ("k", -1),
+        ("k", 2.0),
+        ("min_match", 0),
+        ("length_policy", "linear"),
+        ("group_aware", 1),
+        ("history_tokens", -5),
+        ("continuation", "recent"),
+        ("min_token_prob", 1.5),
+        ("min_token_prob", "high"),
+        ("count_prior", -1.0),
+        ("long_match", 0),
+        ("long_match", 17),
+    ],
 )
 def test_config_validation_names_the_field(field, value):
     with pytest.raises(ValueError, match=f"DraftConfig.{field}"):
         DraftConfig(**{field: value})
+
+
+def test_confidence_length_needs_counts():
+    with pytest.raises(ValueError, match="needs continuation 'frequent'"):
+        DraftConfig(continuation="first", length_policy="confidence")

@@ -3,6 +3,7 @@
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sam_helpers import appended_one_by_one, finish_into_history
 
 from sam import BatchDrafter, DraftConfig, SuffixAutomaton
 from sam.reference import ReferenceAutomaton, brute_force_draft, brute_force_history_draft
@@ -35,7 +36,7 @@ def test_group_siblings_match_brute_force(prompt, data):
     alphabet = max(prompt, default=1) + 1
     siblings = data.draw(st.integers(1, 4))
     appends = data.draw(st.lists(st.tuples(st.integers(0, siblings - 1), st.integers(0, alphabet - 1)), max_size=120))
-    drafter = BatchDrafter(DraftConfig(k=4, group_aware=True))
+    drafter = BatchDrafter(DraftConfig(k=4, group_aware=True, continuation="first"))
     ref = ReferenceAutomaton()
     shared = ref.add_member()
     for token in prompt:
@@ -62,21 +63,9 @@ def test_history_source_matches_brute_force(data):
     history = data.draw(st.lists(st.lists(sym, min_size=1, max_size=40), min_size=1, max_size=4))
     prompt = data.draw(st.lists(sym, max_size=6))
     steps = data.draw(st.lists(sym, min_size=1, max_size=60))
-    drafter = BatchDrafter(DraftConfig(k=4, group_aware=False, history_tokens=1 << 20))
-    for h, response in enumerate(history):
-        drafter.start(("done", h), [])
-        drafter.extend([("done", h)], response, [len(response)])
-        drafter.finish(("done", h))
-    drafter.start("r", prompt)
-    own = ReferenceAutomaton()
-    member = own.add_member()
-    text = list(prompt)
-    for token in prompt:
-        own.append(member, token)
-    for token in steps:
-        drafter.extend(["r"], [token], [1])
-        own.append(member, token)
-        text.append(token)
+    drafter = BatchDrafter(DraftConfig(k=4, group_aware=False, history_tokens=1 << 20, continuation="first"))
+    finish_into_history(drafter, history)
+    for own, member, text in appended_one_by_one(drafter, "r", prompt, steps):
         from_own = own.draft(member, 4)
         from_history = brute_force_history_draft(history, text, 4)
         expected = from_history if from_history[1] > from_own[1] else from_own

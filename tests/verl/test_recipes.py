@@ -47,6 +47,7 @@ def test_published_setup(inputs, recipe, name, threshold, k, seqs, tp, train, ge
     }
     assert vllm["additional_config"]["sam_spec"]["threshold"] == threshold
     assert vllm["additional_config"]["sam_spec"]["group_aware"] is True
+    assert vllm["additional_config"]["sam_spec"]["prompt_store"] is False  # off in the published A/B arms
     assert (rollout.max_num_seqs, rollout.tensor_model_parallel_size) == (seqs, tp)
     assert cfg.data.train_batch_size == train and cfg.data.get("gen_batch_size") is None
     assert cfg.algorithm.filter_groups.max_inflight_gen_batches == gen
