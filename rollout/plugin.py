@@ -7,7 +7,8 @@ binds its kernels breaks that binding):
 - vLLM's model runner is patched now if its module is already imported; otherwise the SAM proposer
   patches it when vLLM builds it inside the runner (``rollout.vllm.runner_patch``);
 - on a CPU platform, vLLM's rejection sampler is guarded whatever the drafter
-  (``rollout.vllm.cpu_sampler_fix``), and, when verl trains on the CPU (``VERL_PLATFORM=cpu``), linear
+  (``rollout.vllm.cpu_sampler_fix``) and draws its recovery noise only for requests with drafts
+  (``rollout.vllm.cpu_drafted_rows``), and, when verl trains on the CPU (``VERL_PLATFORM=cpu``), linear
   weights stay loadable for verl's weight sync (``rollout.vllm.cpu_weights``);
 - with vllm-ascend installed, its n-gram route builds SAM (``rollout.ascend.ngram_route``).
 """
@@ -19,7 +20,7 @@ import os
 import sys
 
 from rollout.import_hooks import after_import
-from rollout.vllm import cpu_sampler_fix, cpu_weights, runner_patch
+from rollout.vllm import cpu_drafted_rows, cpu_sampler_fix, cpu_weights, runner_patch
 
 VERL_PLATFORM_ENV = "VERL_PLATFORM"  # the switch of rollout.verl.cpu_platform, read here without importing verl
 
@@ -31,6 +32,7 @@ def register() -> None:
 
     if current_platform.is_cpu():
         cpu_sampler_fix.install()
+        cpu_drafted_rows.install()
         if os.environ.get(VERL_PLATFORM_ENV, "").strip().lower() == "cpu":
             after_import(cpu_weights.LINEAR_MODULE, cpu_weights.keep_linear_weights)
     if importlib.util.find_spec("vllm_ascend") is not None:
