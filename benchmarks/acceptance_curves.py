@@ -273,3 +273,7 @@ def main(argv: list[str] | None = None) -> dict:
     plot(profile, Path(f"{stem}.png"), args.min_plot_steps)
     print(f"wrote {stem}.json and {stem}.png")
     return profile
+
+
+if __name__ == "__main__":
+    main()
