@@ -27,7 +27,8 @@ a per-step decision from the true cost model and acceptance (``sam.switch.choose
 running request must progress at least as fast as without drafts, then the highest token rate wins);
 ``auto``, the online switch of ``schedule: "auto"`` (``sam.auto_switch``, the same compiled code as in
 the engine), which knows neither: it sees each step's batch, its time (with multiplicative noise,
-``observe_noise``) and the fluid expectation of its accepted tokens.
+``observe_noise``) and, every max_k + 1 steps, the fluid expectation of what full drafts would be
+accepted (the engine's scoring rounds, ``rollout.draft_scoring``), whatever k it chose.
 """
 
 from __future__ import annotations
@@ -405,19 +406,21 @@ SCHEDULE, ORACLE, ONLINE = 0, 1, 2  # how a policy chooses k
 
 # Not cached (cache=False): numba's cache would not see a change in sam.auto_switch, which these call.
 @njit
-def _observe_online(cost, accept, b, k, d, t, pos, edges, tok, dr, noise):
-    """What the online switch sees of a step: its time (noisy) and the expected outcome per position."""
+def _observe_online(cost, accept, b, d, t, score, pos, edges, tok, dr, noise):
+    """What the online switch sees of a step: its time (noisy) and, on a scoring round (one every
+    max_k + 1 steps, whatever k is), the expected outcome per position of full drafts."""
     auto_switch.observe_cost(cost, b, d / b, t * math.exp(noise * np.random.standard_normal()))
-    if k == 0:
+    if not score:
         return
-    drafted_at = np.zeros(k + 1)
-    accepted_at = np.zeros(k + 1)
+    max_k = accept.shape[0] - 1
+    drafted_at = np.zeros(max_k + 1)
+    accepted_at = np.zeros(max_k + 1)
     for r in range(b):
         i = _bin_of(pos[r], edges)
-        for j in range(1, k + 1):
+        for j in range(1, max_k + 1):
             drafted_at[j] += dr[j, i] - dr[j - 1, i]
             accepted_at[j] += tok[j, i] - tok[j - 1, i]
-    auto_switch.observe_acceptance(accept, k, b, drafted_at, accepted_at)
+    auto_switch.observe_acceptance(accept, b, drafted_at, accepted_at)
 
 
 @njit
@@ -490,7 +493,7 @@ def _simulate_replica(
             d += dr[k, _bin_of(pos[r], edges)]
         t = _grid_cost(ms, q_step, ctx_step, b, 1.0 + d / b, ctx) + step_overhead_ms
         if mode == ONLINE:  # before the step's tokens move the positions
-            _observe_online(cost, accept, b, k, d, t, pos, edges, tok, dr, observe_noise)
+            _observe_online(cost, accept, b, d, t, steps % (max_k + 1) == 0, pos, edges, tok, dr, observe_noise)
         r = 0
         while r < running:
             adv = tok[k, _bin_of(pos[r], edges)]

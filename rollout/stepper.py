@@ -5,6 +5,8 @@ its batch arrays as they are, row i being request ``req_ids[i]``, after the step
 written, and returns the drafts it gets back. The stepper starts new requests from their prompt
 (GRPO siblings grouped by prompt tokens), measures last step's acceptance, feeds every row's
 committed tokens to the drafter (also when speculation is off) and proposes where the switch allows.
+For the online switch it also runs scoring rounds (``rollout.draft_scoring``), from which the switch
+learns acceptance whether or not it drafts.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from rollout.draft_scoring import DraftScorer
 from rollout.metrics import SamMetrics
 from rollout.settings import AUTO, SamSettings
 from sam import BatchDrafter
@@ -40,8 +43,8 @@ class SamStepper:
     switch turns speculation off, else at most ``k`` draft tokens.
 
     The switch sees every step: its batch, how long it took (from the start of the previous call to
-    the start of this one, which spans the engine step that verified the previous drafts), whether
-    it was clean (no prefill in it), and how many of the previous drafts' tokens were accepted.
+    the start of this one, which spans the engine step that verified the previous drafts) and whether
+    it was clean (no prefill in it). A switch that learns acceptance also gets the scoring rounds.
     """
 
     def __init__(
@@ -56,11 +59,11 @@ class SamStepper:
             self.switch = ScheduleSwitch(
                 settings.schedule or threshold_schedule(settings.threshold, self.k, sys.maxsize)
             )
+        self.scorer = DraftScorer(self.k, self.switch.score_every) if self.switch.learns_acceptance else None
         self.max_model_len = int(max_model_len)
         self.drafter = BatchDrafter(settings.draft_config())
         self.metrics = SamMetrics(self.k)
-        self._asked: dict = {}  # the last step's decode rows: req_id -> (num_tokens then, draft length)
-        self._asked_k = 0  # the k they were asked for
+        self._asked: dict = {}  # the last step's drafted rows: req_id -> (num_tokens then, draft length)
         self._last_call = None  # perf_counter() at the start of the last call
         self._last_draft_tokens = 0
         self._log = log or logging.getLogger(__name__)
@@ -69,6 +72,8 @@ class SamStepper:
     # -- life cycle --------------------------------------------------------------------------
     def finish(self, req_id) -> None:
         self._asked.pop(req_id, None)
+        if self.scorer is not None:
+            self.scorer.drop(req_id)
         if req_id in self.drafter:
             self.drafter.finish(req_id)
             self.metrics.finished += 1
@@ -98,6 +103,8 @@ class SamStepper:
         decode_rows = [i for i in range(n) if len(sampled_token_ids[i]) > 0]
         started = self._start_new(req_ids, num_prompt_tokens, token_ids_cpu)
         self._observe_last_step(req_ids, sampled_token_ids, lengths)
+        if self.scorer is not None:
+            self.scorer.resolve(req_ids, token_ids_cpu, lengths)
         if self._last_call is not None and started == 0 and len(decode_rows) == scheduled:  # a clean step
             step_ms = 1e3 * (t0 - self._last_call)
             self.switch.observe_cost(scheduled, self._last_draft_tokens / scheduled, step_ms)
@@ -115,9 +122,13 @@ class SamStepper:
             kk = self.switch.choose_k(scheduled)
             if k is not None:
                 kk = min(kk, int(k))
+            scoring = self.scorer is not None and self.scorer.round_due()
+            if scoring:
+                self.scorer.start_round(self.switch)
             if kk > 0:
                 m.steps_on += 1
-                self._propose(req_ids, decode_rows, lengths, kk, out)
+            if kk > 0 or scoring:
+                self._propose(req_ids, decode_rows, lengths, kk, out, scoring)
         self._last_call = t0
         if m.calls % NBYTES_EVERY == 0:
             m.peak_drafter_nbytes = max(m.peak_drafter_nbytes, self.drafter.nbytes)
@@ -139,14 +150,10 @@ class SamStepper:
         self.drafter.start(req_id, prompt, group=prompt_group_key(prompt) if self.settings.group_aware else None)
 
     def _observe_last_step(self, req_ids, sampled_token_ids, lengths) -> None:
-        """How far each row asked for drafts last step advanced (before the new tokens are synced)."""
+        """How far each row drafted last step advanced: the acceptance metrics."""
         asked, self._asked = self._asked, {}
         if not asked:
             return
-        k = self._asked_k
-        drafted_at = np.zeros(k + 1, dtype=np.float64)
-        accepted_at = np.zeros(k + 1, dtype=np.float64)
-        rows = 0
         m = self.metrics
         for i, rid in enumerate(req_ids):
             then = asked.get(rid)
@@ -154,14 +161,9 @@ class SamStepper:
                 continue
             tokens_then, draft_length = then
             accepted = min(max(int(lengths[i]) - tokens_then - 1, 0), draft_length)
-            rows += 1
-            drafted_at[1 : draft_length + 1] += 1
-            accepted_at[1 : accepted + 1] += 1
-            if draft_length > 0:
-                m.num_measured_drafts += 1
-                m.num_accepted_tokens += accepted
-                m.accepted_per_pos[:accepted] += 1
-        self.switch.observe_acceptance(k, rows, drafted_at, accepted_at)
+            m.num_measured_drafts += 1
+            m.num_accepted_tokens += accepted
+            m.accepted_per_pos[:accepted] += 1
 
     def _resync(self, req_ids, num_prompt_tokens, token_ids_cpu, lengths, err) -> None:
         d = self.drafter
@@ -176,18 +178,25 @@ class SamStepper:
         self._log.warning("SAM proposer: rebuilt %d request(s) whose rows went backwards (%s)", rebuilt, err)
         d.sync(req_ids, token_ids_cpu[: len(req_ids)], lengths)
 
-    def _propose(self, req_ids, decode_rows, lengths, k: int, out) -> None:
+    def _propose(self, req_ids, decode_rows, lengths, k: int, out, scoring: bool) -> None:
+        """Drafts of k tokens into ``out``; on a scoring round, full drafts to the scorer as well (the
+        sent drafts are their first k tokens: a shorter draft is a prefix of a longer one)."""
         rows = np.asarray(decode_rows, dtype=np.int64)
+        k_proposed = self.k if scoring else k
         # never draft past max_model_len (same rule as vLLM's ngram proposer)
-        room = np.maximum(np.minimum(self.max_model_len - lengths[rows], k), 0)
-        proposal = self.drafter.propose([req_ids[i] for i in decode_rows], k)
-        draft_lengths = np.minimum(proposal.lengths.astype(np.int64), room)
+        room = np.maximum(self.max_model_len - lengths[rows], 0)
+        proposal = self.drafter.propose([req_ids[i] for i in decode_rows], k_proposed)
+        full_lengths = np.minimum(proposal.lengths.astype(np.int64), room)
+        draft_lengths = np.minimum(full_lengths, k)
         m = self.metrics
-        self._asked_k = k
         for j, i in enumerate(decode_rows):
+            if scoring:
+                self.scorer.add(req_ids[i], int(lengths[i]), proposal.tokens[j, : full_lengths[j]])
+            if k == 0:
+                continue
             length = int(draft_lengths[j])
-            self._asked[req_ids[i]] = (int(lengths[i]), length)
             if length > 0:
+                self._asked[req_ids[i]] = (int(lengths[i]), length)
                 out[i] = proposal.tokens[j, :length].tolist()
                 m.num_drafts += 1
                 m.num_draft_tokens += length

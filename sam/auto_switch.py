@@ -11,13 +11,18 @@ per second, and 0 unless that gains ``MARGIN``.
 What is learnt, from the steps themselves (clean steps only: no request started, none mid-prefill):
 - per batch-size bucket (half powers of two), the mean time of plain steps and of drafted steps with
   their mean draft tokens per request, which give ``s = (drafted / plain - 1) / d``;
-- per draft position, ``a_j`` and ``f_j`` over the rows of the steps that asked for position j,
-  decayed per such step, so that they follow the batch as its requests move along their responses.
+- per draft position, ``a_j`` and ``f_j``, from scoring rounds: every ``max_k + 1`` steps the stepper
+  takes a full (K-token) draft for every decode row, whether or not it sends it, and scores it against
+  the tokens the engine emits next. That is unbiased whatever k is chosen: a verified draft token is
+  accepted with the target's probability of it, which is the chance that the emitted token equals it
+  (rejection sampling is lossless). So acceptance is learnt also while the switch is not drafting, and
+  a rise in it (a greedy batch after a sampled one, a repetitive stretch) is seen within a few rounds.
+  Rounds are decayed per round, so that ``a_j`` follows the batch along its responses.
 A bucket that has not learnt its own s yet borrows the nearest bucket's when the answer is clear (drafting
 pays at that cost, or would not pay at half of it); otherwise it measures itself: two plain steps, then
 two full (k = K) steps. Every bucket tries the other choice once every ``EXPLORE_EVERY`` of its steps
-(plain while it drafts, K while it does not), so that it learns its own s and sees a drift in cost or
-acceptance: under 1% of steps.
+(plain while it drafts, K while it does not), so that it learns its own s and sees a drift in cost:
+under 1% of steps.
 
 All state is plain float64 arrays updated by compiled functions (the rollout simulator runs the same
 functions); :class:`AutoSwitch` holds them for an engine. vLLM uses the driver rank's drafts only
@@ -36,7 +41,7 @@ MARGIN = 0.02  # a k > 0 must promise >= 2% more tokens per second than no draft
 EXPLORE_EVERY = 128  # steps of a bucket between two tries of the choice it is not making
 STEP_DECAY = 0.5 ** (1 / 16)  # per observation of that kind (plain or drafted) in the bucket
 MIN_WEIGHT = 1.0 + STEP_DECAY  # two observations before an estimate is used
-ACCEPT_DECAY = 0.5 ** (1 / 32)  # per step that asked for the position
+ACCEPT_DECAY = 0.5 ** (1 / 4)  # per scoring round (one every max_k + 1 steps: a half-life of 16 steps at K = 3)
 MIN_DRAFTS_PER_REQUEST = 0.25  # a drafted step below this says little about s
 OUTLIER = 1.5  # an observation above OUTLIER x the mean (a pause of the process) counts as that
 
@@ -161,12 +166,12 @@ def observe_cost(cost, batch, drafts_per_request, step_ms):
 
 
 @njit(cache=True)
-def observe_acceptance(accept, asked_k, rows, drafted_at, accepted_at):
-    """One step's outcome: ``rows`` decode rows asked for ``asked_k`` drafts; ``drafted_at[j]`` of them
-    got a j-th draft token and ``accepted_at[j]`` had it accepted (j = 1..asked_k)."""
+def observe_acceptance(accept, rows, drafted_at, accepted_at):
+    """One scoring round: ``rows`` full drafts scored; ``drafted_at[j]`` of them had a j-th draft token
+    and ``accepted_at[j]`` matched the emitted tokens up to it (j = 1..max_k)."""
     if rows <= 0:
         return
-    for j in range(1, asked_k + 1):
+    for j in range(1, accept.shape[0]):
         accept[j, ASKED] = accept[j, ASKED] * ACCEPT_DECAY + rows
         accept[j, DRAFTED] = accept[j, DRAFTED] * ACCEPT_DECAY + drafted_at[j]
         accept[j, ACCEPTED] = accept[j, ACCEPTED] * ACCEPT_DECAY + accepted_at[j]
@@ -175,10 +180,13 @@ def observe_acceptance(accept, asked_k, rows, drafted_at, accepted_at):
 class AutoSwitch:
     """The online switch's state for one engine, and what it reports."""
 
+    learns_acceptance = True  # the stepper runs scoring rounds for it
+
     def __init__(self, max_k: int):
         if max_k < 1:
             raise ValueError(f"max_k must be >= 1, got {max_k}")
         self.max_k = max_k
+        self.score_every = max_k + 1  # steps between scoring rounds: a round's drafts resolve in <= max_k
         self.cost = np.zeros((NUM_BUCKETS, COST_FIELDS))
         self.accept = np.zeros((max_k + 1, ACCEPT_FIELDS))
         self.chosen = np.zeros((NUM_BUCKETS, max_k + 1), dtype=np.int64)  # steps per (bucket, k)
@@ -191,8 +199,8 @@ class AutoSwitch:
     def observe_cost(self, batch: int, drafts_per_request: float, step_ms: float) -> None:
         observe_cost(self.cost, int(batch), float(drafts_per_request), float(step_ms))
 
-    def observe_acceptance(self, asked_k: int, rows: int, drafted_at: np.ndarray, accepted_at: np.ndarray) -> None:
-        observe_acceptance(self.accept, int(asked_k), int(rows), drafted_at, accepted_at)
+    def observe_acceptance(self, rows: int, drafted_at: np.ndarray, accepted_at: np.ndarray) -> None:
+        observe_acceptance(self.accept, int(rows), drafted_at, accepted_at)
 
     def report(self) -> dict:
         """Per bucket that saw steps: its batch range, the k chosen and how often, the learnt costs, and why."""

@@ -86,6 +86,8 @@ class ScheduleSwitch:
     """A fixed schedule behind the same interface as the online switch (``sam.auto_switch.AutoSwitch``):
     it chooses from the batch size alone and learns nothing."""
 
+    learns_acceptance = False
+
     def __init__(self, schedule: Schedule):
         self.schedule = schedule
 
@@ -93,9 +95,6 @@ class ScheduleSwitch:
         return k_for_batch(self.schedule, batch)
 
     def observe_cost(self, batch: int, drafts_per_request: float, step_ms: float) -> None:
-        pass
-
-    def observe_acceptance(self, asked_k: int, rows: int, drafted_at, accepted_at) -> None:
         pass
 
     def report(self) -> dict:

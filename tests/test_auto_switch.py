@@ -23,16 +23,26 @@ class Engine:
     def plain_ms(self, batch):
         return 20.0 + 2.0 * batch
 
-    def step(self, batch, k):
+    def drafts(self, batch, k):
+        """(draft length, accepted length) per request for drafts of k tokens."""
         drafted = np.where(self.rng.random(batch) < self.f, k, 0)
         accepted = np.zeros(batch, dtype=np.int64)
         for j in range(1, k + 1):
             accepted += (accepted == j - 1) & (drafted >= j) & (self.rng.random(batch) < self.alpha)
+        return drafted, accepted
+
+    def step(self, batch, k):
+        drafted, accepted = self.drafts(batch, k)
         d = drafted.mean()
         ms = self.plain_ms(batch) * (1 + self.slope(batch) * d) * np.exp(self.noise * self.rng.standard_normal())
-        drafted_at = np.array([0.0] + [(drafted >= j).sum() for j in range(1, k + 1)])
-        accepted_at = np.array([0.0] + [(accepted >= j).sum() for j in range(1, k + 1)])
-        return ms, d, drafted_at, accepted_at, batch + accepted.sum()
+        return ms, d, batch + accepted.sum()
+
+    def score(self, batch):
+        """A scoring round: full drafts, scored whether or not they were sent."""
+        drafted, accepted = self.drafts(batch, K)
+        drafted_at = np.array([0.0] + [(drafted >= j).sum() for j in range(1, K + 1)])
+        accepted_at = np.array([0.0] + [(accepted >= j).sum() for j in range(1, K + 1)])
+        return drafted_at, accepted_at
 
     def best_k(self, batch):
         gains = [self.tokens_per_request(k) / (1 + self.slope(batch) * self.f * k) for k in range(K + 1)]
@@ -45,12 +55,12 @@ class Engine:
 def run(switch, engine, batches):
     """Drive the switch through steps of the given batch sizes; returns (k per step, tokens, ms)."""
     ks, tokens, total_ms = [], 0.0, 0.0
-    for b in batches:
+    for step, b in enumerate(batches):
         k = switch.choose_k(b)
-        ms, d, drafted_at, accepted_at, emitted = engine.step(b, k)
+        ms, d, emitted = engine.step(b, k)
         switch.observe_cost(b, d, ms)
-        if k:
-            switch.observe_acceptance(k, b, drafted_at, accepted_at)
+        if getattr(switch, "learns_acceptance", False) and step % switch.score_every == 0:
+            switch.observe_acceptance(b, *engine.score(b))
         ks.append(k)
         tokens += emitted
         total_ms += ms
@@ -120,9 +130,6 @@ class Oracle:
     def observe_cost(self, *args):
         pass
 
-    def observe_acceptance(self, *args):
-        pass
-
 
 class Never(Oracle):
     def __init__(self):
@@ -141,6 +148,20 @@ def test_acceptance_is_followed_when_it_changes():
     engine.alpha = 0.02  # the text turns unpredictable
     ks, _, _ = run(switch, engine, [4] * 400)
     assert np.mean(ks[-200:] == 0) > 0.97
+
+
+def test_acceptance_that_rises_while_not_drafting_is_noticed():
+    """A greedy batch after a sampled one: the scoring rounds see drafts that would now be accepted,
+    although the switch sent none, and it starts drafting within a few rounds."""
+    engine = Engine(slope=lambda b: 0.3, alpha=0.05, f=1.0, noise=0.02, seed=11)
+    switch = AutoSwitch(K)
+    ks, _, _ = run(switch, engine, [4] * 300)
+    assert np.mean(ks[20:] == 0) > 0.98
+    engine.alpha = 0.9
+    ks, _, _ = run(switch, engine, [4] * 200)
+    assert engine.best_k(4)[0] == K
+    assert np.argmax(ks > 0) < 40, ks[:60]
+    assert np.mean(ks[40:] == K) > 0.97
 
 
 def test_exploration_stays_under_one_percent():

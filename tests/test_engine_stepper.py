@@ -260,6 +260,38 @@ def test_auto_switch_learns_the_step_cost_from_the_calls():
         assert snap["switch"]["acceptance_by_position"] == [1.0, 1.0, 1.0]
 
 
+def test_auto_switch_starts_drafting_when_the_text_turns_predictable():
+    """Noise over 6 tokens first (drafts mostly rejected, the switch sends none), then a periodic stretch: the
+    scoring rounds see that full drafts would now be accepted, though none was sent, and the switch
+    drafts. Its learnt acceptance is the scored one, not the last drafted steps'."""
+    clock = Clock()
+    width = 1 << 12
+    st = SamStepper(settings(threshold=None, schedule="auto"), max_model_len=width, clock=clock)
+    rng = np.random.default_rng(0)
+    noise_steps, periodic_steps = 150, 60
+    text = np.concatenate([rng.integers(0, 6, size=(4, noise_steps + 10)), np.tile(PERIOD, (4, 200))], axis=1)
+    b = Batch(n_rows=4, width=width)
+    for r in range(4):
+        b.add(f"r{r}", text[r, :10].tolist())
+    out, k_seen = [[]] * 4, []
+    for _ in range(noise_steps + periodic_steps):
+        for i, draft in enumerate(out):  # the engine: the draft's correct prefix, then the true next token
+            n = int(b.len[i])
+            accepted = 0
+            while accepted < len(draft) and draft[accepted] == text[i, n + accepted]:
+                accepted += 1
+            b.append(i, text[i, n : n + accepted + 1].tolist())
+        clock.now += 0.1 * (1 + 0.6 * np.mean([len(d) for d in out]))
+        out = step(st, b, [[int(b.tok[i, b.len[i] - 1])] for i in range(4)])
+        k_seen.append(max(len(d) for d in out))
+    k_seen = np.array(k_seen)
+    assert np.mean(k_seen[10 : noise_steps - 20] == 0) > 0.95
+    turned = noise_steps + np.argmax(k_seen[noise_steps:] > 0)
+    assert turned - noise_steps < 30, k_seen[noise_steps:]
+    assert np.mean(k_seen[turned + 10 :] == 3) > 0.95  # the rest: a try of k = 0
+    assert st.snapshot()["switch"]["acceptance_by_position"][0] > 0.9
+
+
 def test_steps_with_prefill_teach_the_switch_nothing():
     clock = Clock()
     st = SamStepper(settings(threshold=None, schedule="auto"), max_model_len=W, clock=clock)

@@ -210,6 +210,27 @@ def test_threshold_switches_speculation_off_and_on(model_dir, prompts, reference
         assert list(o.outputs[0].token_ids) == reference[i][: lengths[i]], f"prompt {i} diverges"
 
 
+def test_online_switch_scores_drafts_and_keeps_greedy_identity(model_dir, prompts, reference):
+    """schedule: auto in the real engine: greedy outputs identical, every step with decode rows chose a k,
+    and the scoring rounds measured this model's greedy acceptance whether or not drafts were sent
+    (what the switch then chose depends on this machine's step cost)."""
+    lengths = [96, 128, 160, 192]
+    llm = LLM(model_dir, **ENGINE_KW, **spec_kw(threshold=None, schedule="auto"))
+    try:
+        sps = [SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True) for n in lengths]
+        outs = llm.generate(as_inputs(prompts[: len(lengths)]), sps)
+        m = sam_metrics(llm)
+    finally:
+        shutdown(llm)
+    switch = m["switch"]
+    print(f"auto: SAM {m}")
+    for i, o in enumerate(outs):
+        assert list(o.outputs[0].token_ids) == reference[i][: lengths[i]], f"prompt {i} diverges"
+    assert sum(sum(b["steps_by_k"]) for b in switch["buckets"].values()) == m["steps"]
+    first = switch["acceptance_by_position"][0]
+    assert first is not None and first > 0.3, switch  # greedy SmolLM2 on math: about 0.6-0.8
+
+
 def test_bad_setting_fails_engine_start(model_dir, tmp_path):
     script = tmp_path / "bad.py"
     script.write_text(
