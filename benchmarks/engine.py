@@ -28,6 +28,7 @@ import json
 import math
 import os
 import platform
+import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -490,7 +491,13 @@ def compare_greedy(ref: list[list[int]], got: list[list[int]]) -> dict:
 # --------------------------------------------------------------------------------------------
 
 
-def run_all(model_dir: str, wl: Workload, settings: list[str], engine_kw: dict, log=print) -> dict:
+def run_all(model_dir: str, wl: Workload, settings: list[str], engine_kw: dict, log=print, repeats: int = 1) -> dict:
+    """Every setting on a fresh engine, one after another. With ``repeats`` > 1 the whole list runs that
+    many times, every other round in reverse order (interleaved: a drift of the machine over the run
+    falls on every setting alike); ``settings`` then holds each setting's last run and ``repeats`` the
+    per-run figures, summarised as ratios against ``none`` of the same round."""
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
     report: dict[str, Any] = {
         "workload": wl.describe(),
         "engine_kwargs": engine_kw,
@@ -513,7 +520,8 @@ def run_all(model_dir: str, wl: Workload, settings: list[str], engine_kw: dict, 
         pass
     ref_greedy = None
     t_all = time.perf_counter()
-    for name in settings:
+    order = [(r, name) for r in range(repeats) for name in (settings if r % 2 == 0 else settings[::-1])]
+    for round_, name in order:
         if name == "suffix":
             ok, why = suffix_available()
             if not ok:
@@ -531,6 +539,13 @@ def run_all(model_dir: str, wl: Workload, settings: list[str], engine_kw: dict, 
             log(f"[bench] {name} FAILED: {e}\n{traceback.format_exc()}")
             continue
         res["setting_total_s"] = round(time.perf_counter() - t0, 1)
+        if repeats > 1:
+            report.setdefault("repeats", {}).setdefault(name, []).append(
+                {
+                    "round": round_,
+                    **{p: {f: res[p].get(f) for f in REPEAT_FIELDS} for p in ("sampled", "greedy") if p in res},
+                }
+            )
         if "greedy" in toks:
             if name == "none":
                 ref_greedy = toks["greedy"]
@@ -549,7 +564,38 @@ def run_all(model_dir: str, wl: Workload, settings: list[str], engine_kw: dict, 
         )
     report["total_s"] = round(time.perf_counter() - t_all, 1)
     report["summary"] = summarize(report)
+    if repeats > 1:
+        report["summary"]["repeats"] = summarize_repeats(report["repeats"])
     return report
+
+
+REPEAT_FIELDS = ("tok_per_s", "wall_s", "engine_cpu_s")
+
+
+def summarize_repeats(runs: dict) -> dict:
+    """Per part and setting: tok/s and engine CPU seconds against ``none`` of the same round, as the
+    median and the range over rounds."""
+    base = {r["round"]: r for r in runs.get("none", [])}
+    out: dict[str, Any] = {}
+    for part in ("sampled", "greedy"):
+        rows = {}
+        for name, rs in runs.items():
+            paired = [(r[part], base[r["round"]][part]) for r in rs if part in r and r["round"] in base]
+            if not paired:
+                continue
+            speed = [a["tok_per_s"] / b["tok_per_s"] for a, b in paired]
+            cpu = [a["engine_cpu_s"] / b["engine_cpu_s"] for a, b in paired if a["engine_cpu_s"] and b["engine_cpu_s"]]
+            rows[name] = {
+                "rounds": len(paired),
+                "tok_per_s": [a["tok_per_s"] for a, _ in paired],
+                "speed_vs_none_median": round(statistics.median(speed), 3),
+                "speed_vs_none_range": [round(min(speed), 3), round(max(speed), 3)],
+                "cpu_vs_none_median": round(statistics.median(cpu), 3) if cpu else None,
+                "cpu_vs_none_range": [round(min(cpu), 3), round(max(cpu), 3)] if cpu else None,
+            }
+        if rows:
+            out[part] = rows
+    return out
 
 
 def summarize(report: dict) -> dict:
@@ -667,6 +713,18 @@ def format_table(report: dict) -> str:
                 gi_s,
             ]
             lines.append("| " + " | ".join(row) + " |")
+        lines.append("")
+    for part, rows in report.get("summary", {}).get("repeats", {}).items():
+        lines.append(f"### {part}, interleaved repeats: against none of the same round, median [range]")
+        lines.append("")
+        lines.append("| setting | rounds | tok/s per round | x none | engine CPU s x none |")
+        lines.append("|---|---|---|---|---|")
+        for name, r in rows.items():
+            cpu = "-" if r["cpu_vs_none_median"] is None else f"{r['cpu_vs_none_median']:.3f} {r['cpu_vs_none_range']}"
+            lines.append(
+                f"| {name} | {r['rounds']} | {', '.join(f'{v:.1f}' for v in r['tok_per_s'])} | "
+                f"{r['speed_vs_none_median']:.3f} {r['speed_vs_none_range']} | {cpu} |"
+            )
         lines.append("")
     if report.get("skipped"):
         lines.append("skipped: " + "; ".join(f"{k}: {v}" for k, v in report["skipped"].items()))

@@ -13,7 +13,8 @@ sam_group (threshold null, group_aware true), sam_auto (the online switch); not 
 sam_thr8_group (threshold 8, group_aware true), sam_schedule_cpu (the offline-derived CPU schedule),
 sam_k0 (configured, never drafting), sam_min5. k=3 everywhere. --lengths lognormal draws each sampled
 request's length once and generates exactly that many tokens in every setting (equal work). Every
-setting runs in this one process, one after another, on a fresh engine with the same engine arguments.
+setting runs in this one process, one after another, on a fresh engine with the same engine arguments;
+--repeats N runs the list N times, every other round reversed, and reports ratios per round.
 Prints a markdown table and writes the JSON report.
 """
 
@@ -46,6 +47,7 @@ def main() -> None:
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--max-num-seqs", type=int, default=be.RECIPE_MAX_NUM_SEQS)
     ap.add_argument("--seed", type=int, default=0, help="engine seed (no per-request seeds)")
+    ap.add_argument("--repeats", type=int, default=1, help="run the settings this many times, interleaved")
     ap.add_argument("--json", type=Path, default=REPO / "results" / "engine.json")
     args = ap.parse_args()
 
@@ -71,7 +73,7 @@ def main() -> None:
     )
     kw = be.engine_kwargs(wl, dtype=args.dtype, max_num_seqs=args.max_num_seqs, seed=args.seed)
     print(f"[bench] workload {json.dumps(wl.describe())}\n[bench] engine {json.dumps(kw)}", flush=True)
-    report = be.run_all(model, wl, args.settings, kw, log=lambda s: print(s, flush=True))
+    report = be.run_all(model, wl, args.settings, kw, log=lambda s: print(s, flush=True), repeats=args.repeats)
     report["command"] = " ".join([Path(sys.executable).name] + sys.argv)
     table = be.format_table(report)
     report["table"] = table
