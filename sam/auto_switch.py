@@ -17,12 +17,14 @@ What is learnt, from the steps themselves (clean steps only: no request started,
   accepted with the target's probability of it, which is the chance that the emitted token equals it
   (rejection sampling is lossless). So acceptance is learnt also while the switch is not drafting, and
   a rise in it (a greedy batch after a sampled one, a repetitive stretch) is seen within a few rounds.
-  Rounds are decayed per round, so that ``a_j`` follows the batch along its responses.
-A bucket that has not learnt its own s yet borrows the nearest bucket's when the answer is clear (drafting
-pays at that cost, or would not pay at half of it); otherwise it measures itself: two plain steps, then
-two full (k = K) steps. Every bucket tries the other choice once every ``EXPLORE_EVERY`` of its steps
-(plain while it drafts, K while it does not), so that it learns its own s and sees a drift in cost:
-under 1% of steps.
+  Rounds are decayed per round, so that ``a_j`` follows the batch along its responses, and more slowly
+  where a round scores few rows (the tail), so that the estimate rests on enough of them.
+A bucket that has not learnt its own s yet takes two plain steps, then borrows the nearest bucket's s when
+the answer is clear (drafting pays at that cost, or would not pay at half of it); otherwise it measures
+itself with two full (k = K) steps. A bucket that drafts on a borrowed s learns its own from those steps,
+so a wrong neighbour (a noisy warm-up, another batch regime) cannot keep it drafting. Every bucket tries
+the other choice once every ``EXPLORE_EVERY`` of its steps (plain while it drafts, K while it does not),
+so that it sees a drift in cost: under 1% of steps.
 
 All state is plain float64 arrays updated by compiled functions (the rollout simulator runs the same
 functions); :class:`AutoSwitch` holds them for an engine. vLLM uses the driver rank's drafts only
@@ -41,7 +43,10 @@ MARGIN = 0.02  # a k > 0 must promise >= 2% more tokens per second than no draft
 EXPLORE_EVERY = 128  # steps of a bucket between two tries of the choice it is not making
 STEP_DECAY = 0.5 ** (1 / 16)  # per observation of that kind (plain or drafted) in the bucket
 MIN_WEIGHT = 1.0 + STEP_DECAY  # two observations before an estimate is used
-ACCEPT_DECAY = 0.5 ** (1 / 4)  # per scoring round (one every max_k + 1 steps: a half-life of 16 steps at K = 3)
+# acceptance estimates: a half-life of ACCEPT_HALF_LIFE_ROUNDS scoring rounds (16 steps at K = 3), longer
+# where rounds score few rows, so that an estimate never rests on fewer than ~ACCEPT_HALF_LIFE_ROWS rows
+ACCEPT_HALF_LIFE_ROUNDS = 4.0
+ACCEPT_HALF_LIFE_ROWS = 16.0
 MIN_DRAFTS_PER_REQUEST = 0.25  # a drafted step below this says little about s
 OUTLIER = 1.5  # an observation above OUTLIER x the mean (a pause of the process) counts as that
 
@@ -114,18 +119,21 @@ def best_k_at(accept, s, max_k):
 def best_k(cost, accept, bucket, max_k):
     """What a bucket would choose now, before any try of the other choice.
 
-    With its own s: the best k at that cost. Without: the nearest bucket's s decides when it is clear
-    (drafting pays at the neighbour's cost, or would not pay even at half of it); otherwise, or with
-    nothing learnt anywhere, the bucket measures itself: plain steps first, then full ones."""
+    With its own s: the best k at that cost. Without: plain steps first; then the nearest bucket's s
+    decides when it is clear (drafting pays at the neighbour's cost, or would not pay even at half of
+    it), and a bucket that drafts on that learns its own s from those steps; otherwise, or with nothing
+    learnt anywhere, the bucket measures itself with full steps."""
     s = slope(cost, bucket)
     if s >= 0.0:
         return best_k_at(accept, s, max_k)
+    if cost[bucket, PLAIN_W] < MIN_WEIGHT:
+        return 0  # plain steps first: cheap to take, and without them the bucket never learns its own s
     near = nearest_slope(cost, bucket)
     if near >= 0.0:
         k = best_k_at(accept, near, max_k)
         if k > 0 or best_k_at(accept, 0.5 * near, max_k) == 0:
             return k
-    return 0 if cost[bucket, PLAIN_W] < MIN_WEIGHT else max_k
+    return max_k
 
 
 @njit(cache=True)
@@ -171,10 +179,11 @@ def observe_acceptance(accept, rows, drafted_at, accepted_at):
     and ``accepted_at[j]`` matched the emitted tokens up to it (j = 1..max_k)."""
     if rows <= 0:
         return
+    decay = 0.5 ** (1.0 / max(ACCEPT_HALF_LIFE_ROUNDS, ACCEPT_HALF_LIFE_ROWS / rows))
     for j in range(1, accept.shape[0]):
-        accept[j, ASKED] = accept[j, ASKED] * ACCEPT_DECAY + rows
-        accept[j, DRAFTED] = accept[j, DRAFTED] * ACCEPT_DECAY + drafted_at[j]
-        accept[j, ACCEPTED] = accept[j, ACCEPTED] * ACCEPT_DECAY + accepted_at[j]
+        accept[j, ASKED] = accept[j, ASKED] * decay + rows
+        accept[j, DRAFTED] = accept[j, DRAFTED] * decay + drafted_at[j]
+        accept[j, ACCEPTED] = accept[j, ACCEPTED] * decay + accepted_at[j]
 
 
 class AutoSwitch:

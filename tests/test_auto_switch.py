@@ -188,3 +188,33 @@ def test_an_outlier_step_does_not_flip_the_choice():
 def test_bad_arguments():
     with pytest.raises(ValueError, match="max_k"):
         AutoSwitch(0)
+
+
+def test_a_wrong_neighbour_cannot_keep_a_bucket_drafting():
+    """A warm-up at batch 2 whose timings made drafting look free (a noisy plain step), then the real
+    batch at 64, where each draft token costs a full request's worth and drafts are mostly rejected:
+    the batch-64 bucket takes its own plain steps, drafts on the borrowed cost at first, learns its
+    own cost from those steps and stops."""
+    switch = AutoSwitch(K)
+    for ms, k in ((120.0, 0), (120.0, 0), (95.0, K), (95.0, K)):  # batch 2: drafted steps look cheaper
+        assert switch.choose_k(2) == k
+        switch.observe_cost(2, 0.9 * k, ms)
+    engine = Engine(slope=lambda b: 1.0, alpha=0.1, f=0.5, noise=0.03, seed=2)
+    ks, _, _ = run(switch, engine, [64] * 200)
+    assert ks[:2].tolist() == [0, 0]
+    assert np.mean(ks[10:] > 0) < 0.02, ks[:40]
+
+
+def test_an_acceptance_estimate_rests_on_enough_rows():
+    """At batch 1 a round scores one row: two lucky rows after many rejected ones do not make the
+    estimate jump (the half-life stretches to ACCEPT_HALF_LIFE_ROWS rows)."""
+    switch = AutoSwitch(K)
+    miss, hit = np.zeros(K + 1), np.array([0.0] + [1.0] * K)
+    for _ in range(40):
+        switch.observe_acceptance(1, hit, miss)
+    for _ in range(2):
+        switch.observe_acceptance(1, hit, hit)
+    assert switch.report()["acceptance_by_position"][0] < 0.2
+    for _ in range(40):  # a lasting change is followed
+        switch.observe_acceptance(1, hit, hit)
+    assert switch.report()["acceptance_by_position"][0] > 0.75

@@ -34,12 +34,17 @@ def ray_head():
     """A local Ray head with one fake GPU slot, started the way the preset's README says."""
     bin_dir = os.path.dirname(sys.executable)
     env = dict(os.environ, RAY_AUTH_MODE="token", PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    port = free_port()
     ray = [sys.executable, "-m", "ray.scripts.scripts"]
-    start = [*ray, "start", "--head", "--num-cpus=16", "--num-gpus=1", "--object-store-memory=1000000000",
-             "--dashboard-host=127.0.0.1", f"--dashboard-port={port}", f"--port={free_port()}",
-             "--disable-usage-stats"]  # fmt: skip
-    subprocess.run(start, env=env, check=True, capture_output=True, timeout=300)
+    for _attempt in range(2):  # a port taken between free_port() and Ray's bind: once more on fresh ports
+        port = free_port()
+        start = [*ray, "start", "--head", "--num-cpus=16", "--num-gpus=1", "--object-store-memory=1000000000",
+                 "--dashboard-host=127.0.0.1", f"--dashboard-port={port}", f"--port={free_port()}",
+                 "--disable-usage-stats"]  # fmt: skip
+        started = subprocess.run(start, env=env, capture_output=True, text=True, timeout=300)
+        if started.returncode == 0:
+            break
+        subprocess.run([*ray, "stop", "--force"], env=env, capture_output=True, timeout=300)
+    assert started.returncode == 0, f"ray start failed:\n{started.stdout[-3000:]}\n{started.stderr[-3000:]}"
     try:
         yield ray, f"http://127.0.0.1:{port}", env
     finally:
