@@ -199,6 +199,8 @@ class AutoSwitch:
         self.cost = np.zeros((NUM_BUCKETS, COST_FIELDS))
         self.accept = np.zeros((max_k + 1, ACCEPT_FIELDS))
         self.chosen = np.zeros((NUM_BUCKETS, max_k + 1), dtype=np.int64)  # steps per (bucket, k)
+        self.scored_rows = 0  # over the whole run, undecayed: what the report's run totals rest on
+        self.scored_accepted = np.zeros(max_k + 1)
 
     def choose_k(self, batch: int) -> int:
         k = int(choose_k(self.cost, self.accept, int(batch), self.max_k))
@@ -210,6 +212,8 @@ class AutoSwitch:
 
     def observe_acceptance(self, rows: int, drafted_at: np.ndarray, accepted_at: np.ndarray) -> None:
         observe_acceptance(self.accept, int(rows), drafted_at, accepted_at)
+        self.scored_rows += int(rows)
+        self.scored_accepted += accepted_at
 
     def report(self) -> dict:
         """Per bucket that saw steps: its batch range, the k chosen and how often, the learnt costs, and why."""
@@ -238,7 +242,13 @@ class AutoSwitch:
         for j in range(1, self.max_k + 1):
             asked = self.accept[j, ASKED]
             accept.append(round(float(self.accept[j, ACCEPTED] / asked), 4) if asked > 0 else None)
-        return {"acceptance_by_position": accept, "buckets": buckets}
+        run = self.scored_accepted[1:] / self.scored_rows if self.scored_rows else np.zeros(self.max_k)
+        return {
+            "acceptance_by_position": accept,  # the decayed estimate the switch decides on now
+            "scored_rows": self.scored_rows,
+            "run_acceptance_by_position": [round(float(a), 4) for a in run],  # over every scored row
+            "buckets": buckets,
+        }
 
 
 def bucket_range(bucket: int) -> tuple[int, int]:

@@ -218,3 +218,14 @@ def test_an_acceptance_estimate_rests_on_enough_rows():
     for _ in range(40):  # a lasting change is followed
         switch.observe_acceptance(1, hit, hit)
     assert switch.report()["acceptance_by_position"][0] > 0.75
+
+
+def test_the_report_keeps_run_totals_beside_the_decayed_estimate():
+    switch = AutoSwitch(K)
+    hit, miss = np.array([0.0] + [4.0] * K), np.zeros(K + 1)
+    switch.observe_acceptance(4, hit, hit)
+    switch.observe_acceptance(4, hit, miss)
+    report = switch.report()
+    assert report["scored_rows"] == 8
+    assert report["run_acceptance_by_position"] == [0.5, 0.5, 0.5]
+    assert report["acceptance_by_position"][0] < 0.5  # decayed: the later round weighs more

@@ -227,8 +227,11 @@ def test_online_switch_scores_drafts_and_keeps_greedy_identity(model_dir, prompt
     for i, o in enumerate(outs):
         assert list(o.outputs[0].token_ids) == reference[i][: lengths[i]], f"prompt {i} diverges"
     assert sum(sum(b["steps_by_k"]) for b in switch["buckets"].values()) == m["steps"]
-    first = switch["acceptance_by_position"][0]
-    assert first is not None and first > 0.3, switch  # greedy SmolLM2 on math: about 0.6-0.8
+    # about one scored row per request every k+1 steps; over the run, greedy SmolLM2 drafts on these math
+    # prompts match at the first position in about 0.3-0.45 of rows (the decayed estimate follows the
+    # last ~16 rows, so it is not what is checked)
+    assert switch["scored_rows"] >= 0.5 * m["decode_row_steps"] / (K + 1), switch
+    assert switch["run_acceptance_by_position"][0] > 0.2, switch
 
 
 def test_bad_setting_fails_engine_start(model_dir, tmp_path):
