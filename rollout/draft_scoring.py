@@ -5,7 +5,9 @@ here; later steps compare it with the tokens the engine emitted at those positio
 matches the emitted one with the target's probability of it, which is the probability that
 verification accepts it (sampled or greedy; rejection sampling is lossless), so the counts are
 unbiased estimates of acceptance per position also while nothing is drafted. A round's counts go to
-the switch when the next round starts; at k = 0 every draft of a round is decided by then.
+the switch when the next round starts; at k = 0 every draft of a round is decided by then. The switch
+takes a full draft's first j positions as what a j-token draft earns; the drafter's proposals of
+different lengths differ in a few percent of rows (``SamStepper._propose``), a small approximation.
 """
 
 from __future__ import annotations

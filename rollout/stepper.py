@@ -179,8 +179,9 @@ class SamStepper:
         d.sync(req_ids, token_ids_cpu[: len(req_ids)], lengths)
 
     def _propose(self, req_ids, decode_rows, lengths, k: int, out, scoring: bool) -> None:
-        """Drafts of k tokens into ``out``; on a scoring round, full drafts to the scorer as well (the
-        sent drafts are their first k tokens: a shorter draft is a prefix of a longer one)."""
+        """Drafts of k tokens into ``out``; on a scoring round, full drafts to the scorer as well, and the
+        sent drafts are their first k tokens (one proposal a step). That prefix differs from a k-token
+        proposal in a few percent of rows: the frequent continuation weighs the whole draft length."""
         rows = np.asarray(decode_rows, dtype=np.int64)
         k_proposed = self.k if scoring else k
         # never draft past max_model_len (same rule as vLLM's ngram proposer)
