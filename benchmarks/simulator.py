@@ -493,7 +493,8 @@ def _simulate_replica(
             d += dr[k, _bin_of(pos[r], edges)]
         t = _grid_cost(ms, q_step, ctx_step, b, 1.0 + d / b, ctx) + step_overhead_ms
         if mode == ONLINE:  # before the step's tokens move the positions
-            _observe_online(cost, accept, b, d, t, steps % (max_k + 1) == 0, pos, edges, tok, dr, observe_noise)
+            score = steps % auto_switch.scoring_round_every(max_k) == 0
+            _observe_online(cost, accept, b, d, t, score, pos, edges, tok, dr, observe_noise)
         r = 0
         while r < running:
             adv = tok[k, _bin_of(pos[r], edges)]

@@ -59,6 +59,12 @@ ACCEPT_FIELDS = 3
 
 
 @njit(cache=True)
+def scoring_round_every(max_k):
+    """Steps between two scoring rounds: a round's drafts are decided within max_k plain steps."""
+    return max_k + 1
+
+
+@njit(cache=True)
 def bucket_of(batch):
     """0 for batch 1; then one bucket per half power of two."""
     if batch <= 1:
@@ -195,7 +201,7 @@ class AutoSwitch:
         if max_k < 1:
             raise ValueError(f"max_k must be >= 1, got {max_k}")
         self.max_k = max_k
-        self.score_every = max_k + 1  # steps between scoring rounds: a round's drafts resolve in <= max_k
+        self.score_every = int(scoring_round_every(max_k))
         self.cost = np.zeros((NUM_BUCKETS, COST_FIELDS))
         self.accept = np.zeros((max_k + 1, ACCEPT_FIELDS))
         self.chosen = np.zeros((NUM_BUCKETS, max_k + 1), dtype=np.int64)  # steps per (bucket, k)
