@@ -45,6 +45,11 @@ class DraftScorer:
         self._pending.clear()
         self._clear_counts()
 
+    def discard_round(self) -> None:
+        """Forget the round under way (speculation paused: its outcomes would span the pause)."""
+        self._pending.clear()
+        self._clear_counts()
+
     def add(self, req_id, tokens_then: int, draft: np.ndarray) -> None:
         if draft.size == 0:  # nothing to draft from: counted as a row without drafts
             self.rows += 1

@@ -66,10 +66,22 @@ class SamStepper:
         self._asked: dict = {}  # the last step's drafted rows: req_id -> (num_tokens then, draft length)
         self._last_call = None  # perf_counter() at the start of the last call
         self._last_draft_tokens = 0
+        self.paused = False  # speculation switched off at run time (pause)
         self._log = log or logging.getLogger(__name__)
         self._last_log = time.monotonic()
 
     # -- life cycle --------------------------------------------------------------------------
+    def pause(self, paused: bool) -> None:
+        """Switch speculation off (True) or on again while the engine runs. Paused, the stepper drafts
+        nothing and its switch learns nothing, but every request's tokens still reach the drafter, so
+        drafting resumes from the whole context: an A/B inside one engine (the demo's SAM-off arm)."""
+        self.paused = bool(paused)
+        self._asked.clear()
+        self._last_call = None  # no step time across the boundary
+        self._last_draft_tokens = 0
+        if self.scorer is not None:
+            self.scorer.discard_round()
+
     def finish(self, req_id) -> None:
         self._asked.pop(req_id, None)
         if self.scorer is not None:
@@ -105,7 +117,8 @@ class SamStepper:
         self._observe_last_step(req_ids, sampled_token_ids, lengths)
         if self.scorer is not None:
             self.scorer.resolve(req_ids, token_ids_cpu, lengths)
-        if self._last_call is not None and started == 0 and len(decode_rows) == scheduled:  # a clean step
+        clean = started == 0 and len(decode_rows) == scheduled
+        if self._last_call is not None and clean and not self.paused:
             step_ms = 1e3 * (t0 - self._last_call)
             self.switch.observe_cost(scheduled, self._last_draft_tokens / scheduled, step_ms)
         try:  # every row's committed tokens (accepted + bonus), also when speculation is off
@@ -118,7 +131,7 @@ class SamStepper:
         m.decode_row_steps += len(decode_rows)
         m.steps += bool(decode_rows)
         self._last_draft_tokens = 0
-        if decode_rows:
+        if decode_rows and not self.paused:
             kk = self.switch.choose_k(scheduled)
             if k is not None:
                 kk = min(kk, int(k))
@@ -129,7 +142,7 @@ class SamStepper:
                 m.steps_on += 1
             if kk > 0 or scoring:
                 self._propose(req_ids, decode_rows, lengths, kk, out, scoring)
-        self._last_call = t0
+        self._last_call = None if self.paused else t0
         if m.calls % NBYTES_EVERY == 0:
             m.peak_drafter_nbytes = max(m.peak_drafter_nbytes, self.drafter.nbytes)
         self._account_time(self._clock() - t0)

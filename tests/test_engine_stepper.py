@@ -292,6 +292,41 @@ def test_auto_switch_starts_drafting_when_the_text_turns_predictable():
     assert st.snapshot()["switch"]["acceptance_by_position"][0] > 0.9
 
 
+def test_paused_steps_draft_nothing_and_teach_the_switch_nothing():
+    """Paused (the demo's SAM-off arm), the stepper sends no drafts and its switch sees no step time and
+    no scoring round, but the drafter follows the tokens; resumed, it drafts from the whole context."""
+    clock = Clock()
+    st = SamStepper(settings(threshold=None, schedule="auto"), max_model_len=W, clock=clock)
+    b = Batch()
+    b.add("a", PERIOD * 2)
+    st.pause(True)
+    for _ in range(6):
+        b.append(0, [PERIOD[b.len[0] % 5]])
+        clock.now += 0.1
+        assert step(st, b, [[int(b.tok[0, b.len[0] - 1])]]) == [[]]
+    report = st.snapshot()["switch"]
+    assert report["scored_rows"] == 0 and report["buckets"] == {}
+    assert st.drafter.num_tokens("a") == 16
+    st.pause(False)
+    clock.now += 5.0  # the pause's gap is not a step
+    b.append(0, [PERIOD[b.len[0] % 5]])
+    out = step(st, b, [[int(b.tok[0, b.len[0] - 1])]])
+    assert out == [[]]  # the new bucket's first plain step
+    assert st.snapshot()["switch"]["buckets"]["1-1"]["plain_step_ms"] is None
+    b.append(0, [PERIOD[b.len[0] % 5]])
+    clock.now += 0.1
+    step(st, b, [[int(b.tok[0, b.len[0] - 1])]])
+    assert st.snapshot()["switch"]["buckets"]["1-1"]["plain_step_ms"] == pytest.approx(100.0)
+    st2 = SamStepper(settings(threshold=None), max_model_len=W)
+    b2 = Batch()
+    b2.add("x", PERIOD * 2)
+    st2.pause(True)
+    assert step(st2, b2, [[9]]) == [[]]
+    st2.pause(False)
+    b2.append(0, [5])
+    assert step(st2, b2, [[5]]) == [[6, 7, 8]]  # a fixed schedule drafts again at once
+
+
 def test_steps_with_prefill_teach_the_switch_nothing():
     clock = Clock()
     st = SamStepper(settings(threshold=None, schedule="auto"), max_model_len=W, clock=clock)

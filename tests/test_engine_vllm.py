@@ -169,6 +169,25 @@ def test_sampled_run_completes(sam_llm, prompts):
     print(f"T=1.0 counters: {c}")
 
 
+def test_pause_turns_speculation_off_at_run_time(sam_llm, prompts, reference):
+    """sam_spec_pause (the demo's SAM-off arm): paused, the engine sends no drafts and its greedy outputs
+    stay the reference's; resumed, it drafts again in the same engine."""
+    sp = SamplingParams(temperature=0.0, max_tokens=64, ignore_eos=True)
+    assert sam_llm.collective_rpc("sam_spec_pause", args=(True,)) == [True]
+    try:
+        before, steps_on = counters(sam_llm), sam_metrics(sam_llm)["steps_on"]
+        outs = sam_llm.generate(as_inputs(prompts[:2]), sp)
+        assert delta(counters(sam_llm), before).get("num_drafts", 0) == 0
+        assert sam_metrics(sam_llm)["steps_on"] == steps_on
+        for i, o in enumerate(outs):
+            assert list(o.outputs[0].token_ids) == reference[i][:64], f"prompt {i} diverges while paused"
+    finally:
+        sam_llm.collective_rpc("sam_spec_pause", args=(False,))
+    before = counters(sam_llm)
+    sam_llm.generate(as_inputs(prompts[:2]), sp)
+    assert delta(counters(sam_llm), before)["num_drafts"] > 0
+
+
 def test_grpo_siblings(sam_llm, prompts):
     n = 4
     before = sam_metrics(sam_llm)

@@ -13,6 +13,8 @@ NPUModelRunner inherit them):
   ``scheduler_output.finished_req_ids``.
 - ``WorkerBase.sam_spec_metrics``: ``LLM.collective_rpc("sam_spec_metrics")`` returns each worker's
   stepper snapshot (None where no SAM proposer runs).
+- ``WorkerBase.sam_spec_pause``: ``LLM.collective_rpc("sam_spec_pause", args=(True,))`` switches
+  speculation off at run time (``False``: on again); returns whether the worker has a SAM proposer.
 """
 
 from __future__ import annotations
@@ -30,14 +32,27 @@ def apply() -> bool:
 
     if not hasattr(WorkerBase, "sam_spec_metrics"):
         WorkerBase.sam_spec_metrics = worker_sam_metrics
+        WorkerBase.sam_spec_pause = worker_sam_pause
     return _patch_runner_class(GPUModelRunner)
 
 
 def worker_sam_metrics(worker) -> dict | None:
     """The SAM stepper's snapshot on one worker, or None."""
-    drafter = getattr(getattr(worker, "model_runner", None), "drafter", None)
-    stepper = getattr(drafter, "stepper", None)
+    stepper = _stepper(worker)
     return None if stepper is None else stepper.snapshot()
+
+
+def worker_sam_pause(worker, paused: bool) -> bool:
+    """Pause (True) or resume the SAM stepper on one worker; False where no SAM proposer runs."""
+    stepper = _stepper(worker)
+    if stepper is not None:
+        stepper.pause(paused)
+    return stepper is not None
+
+
+def _stepper(worker):
+    drafter = getattr(getattr(worker, "model_runner", None), "drafter", None)
+    return getattr(drafter, "stepper", None)
 
 
 def _patch_runner_class(cls) -> bool:
