@@ -18,7 +18,8 @@ What is learnt, from the steps themselves (clean steps only: no request started,
   (rejection sampling is lossless). So acceptance is learnt also while the switch is not drafting, and
   a rise in it (a greedy batch after a sampled one, a repetitive stretch) is seen within a few rounds.
   Rounds are decayed per round, so that ``a_j`` follows the batch along its responses, and more slowly
-  where a round scores few rows (the tail), so that the estimate rests on enough of them.
+  where a round scores few rows (the tail), so that the estimate rests on enough of them; a round far
+  outside the estimate (a new batch in another regime, as greedy after sampled) replaces most of it.
 A bucket that has not learnt its own s yet takes two plain steps, then borrows the nearest bucket's s when
 the answer is clear (drafting pays at that cost, or would not pay at half of it); otherwise it measures
 itself with two full (k = K) steps. A bucket that drafts on a borrowed s learns its own from those steps,
@@ -47,6 +48,11 @@ MIN_WEIGHT = 1.0 + STEP_DECAY  # two observations before an estimate is used
 # where rounds score few rows, so that an estimate never rests on fewer than ~ACCEPT_HALF_LIFE_ROWS rows
 ACCEPT_HALF_LIFE_ROUNDS = 4.0
 ACCEPT_HALF_LIFE_ROWS = 16.0
+# a round of >= JUMP_ROWS rows whose first-position acceptance is JUMP_Z standard errors off the estimate
+# (a new batch in another regime: greedy after sampled) keeps older evidence worth JUMP_KEEP of its rows
+JUMP_ROWS = 8
+JUMP_Z = 3.5
+JUMP_KEEP = 0.25
 MIN_DRAFTS_PER_REQUEST = 0.25  # a drafted step below this says little about s
 OUTLIER = 1.5  # an observation above OUTLIER x the mean (a pause of the process) counts as that
 
@@ -180,12 +186,25 @@ def observe_cost(cost, batch, drafts_per_request, step_ms):
 
 
 @njit(cache=True)
+def acceptance_jumped(accept, rows, accepted_first):
+    """Whether a round's first-position acceptance is far outside what the estimate predicts (a binomial
+    standard error, its variance floored so that an estimate near 0 or 1 still allows some noise)."""
+    if rows < JUMP_ROWS or accept[1, ASKED] < rows:
+        return False
+    p = accept[1, ACCEPTED] / accept[1, ASKED]
+    se = math.sqrt(max(p * (1.0 - p), 0.05) / rows)
+    return abs(accepted_first / rows - p) > JUMP_Z * se
+
+
+@njit(cache=True)
 def observe_acceptance(accept, rows, drafted_at, accepted_at):
     """One scoring round: ``rows`` full drafts scored; ``drafted_at[j]`` of them had a j-th draft token
     and ``accepted_at[j]`` matched the emitted tokens up to it (j = 1..max_k)."""
     if rows <= 0:
         return
     decay = 0.5 ** (1.0 / max(ACCEPT_HALF_LIFE_ROUNDS, ACCEPT_HALF_LIFE_ROWS / rows))
+    if acceptance_jumped(accept, rows, accepted_at[1]):
+        decay = min(decay, JUMP_KEEP * rows / accept[1, ASKED])
     for j in range(1, accept.shape[0]):
         accept[j, ASKED] = accept[j, ASKED] * decay + rows
         accept[j, DRAFTED] = accept[j, DRAFTED] * decay + drafted_at[j]

@@ -220,6 +220,24 @@ def test_an_acceptance_estimate_rests_on_enough_rows():
     assert switch.report()["acceptance_by_position"][0] > 0.75
 
 
+def test_a_round_far_outside_the_estimate_replaces_most_of_it():
+    """Greedy after sampled in one engine: first-position acceptance goes from ~0.1 to ~0.6. A round of 8
+    rows that far off replaces most of the estimate at once; a round within the noise does not."""
+    switch = AutoSwitch(K)
+
+    def round_(rows, accepted_first):
+        drafted = np.array([0.0] + [rows] * K)
+        switch.observe_acceptance(rows, drafted, np.array([0.0, accepted_first, 0.0, 0.0]))
+        return switch.report()["acceptance_by_position"][0]
+
+    for _ in range(30):
+        estimate = round_(32, 3.0)  # ~0.1
+    assert estimate == pytest.approx(3 / 32, abs=1e-3)
+    assert round_(32, 6.0) < 0.12  # 0.19 in one round of 32: within 3.5 standard errors
+    assert round_(8, 5.0) > 0.5  # 5 of 8 against ~0.1: a new regime
+    assert round_(8, 5.0) > 0.55  # and moves on towards 0.625 at the usual pace
+
+
 def test_the_report_keeps_run_totals_beside_the_decayed_estimate():
     switch = AutoSwitch(K)
     hit, miss = np.array([0.0] + [4.0] * K), np.zeros(K + 1)
