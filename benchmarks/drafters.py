@@ -26,11 +26,13 @@ class ReplayDrafter(Protocol):
 
 
 class SamDrafter:
-    """Our drafter, through its public batch API."""
+    """Our drafter, through its public batch API. ``max_draft``: a draft-length cap of its own (the
+    replay's k otherwise), for length policies that may reach further than the fixed k."""
 
-    def __init__(self, name: str, config: DraftConfig) -> None:
+    def __init__(self, name: str, config: DraftConfig, max_draft: int | None = None) -> None:
         self.name = name
         self.drafter = BatchDrafter(config)
+        self.max_draft = max_draft
 
     def start(self, req_id, prompt, group):
         self.drafter.start(req_id, prompt, group=group)
