@@ -31,6 +31,7 @@ import platform
 import statistics
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -356,7 +357,10 @@ def engine_cpu_seconds() -> float:
 
 
 def _part(llm, inputs, sp, label: str, progress: bool = False) -> tuple[dict, list[list[int]]]:
-    """Generate one part; sp is one SamplingParams or one per input."""
+    """Generate one part; sp is one SamplingParams or one per input. Every part starts with an empty
+    prefix cache, as on a fresh engine: a later part would otherwise skip its prompts' prefill."""
+    llm.reset_prefix_cache()
+    llm.collective_rpc(_probe_end_part)  # the time since an earlier generate is not this part's
     c0, p0, s0 = spec_decode_counters(llm), llm.collective_rpc(_probe_read)[0], _sam_metrics(llm)
     load0 = os.getloadavg()[0]
     cpu0 = engine_cpu_seconds()
@@ -434,47 +438,99 @@ def run_setting(
     progress: bool = False,
 ) -> tuple[dict, dict[str, list[list[int]]]]:
     """Build an engine for one setting, run warm-up + sampled + greedy; return (results, tokens)."""
-    from vllm import LLM, SamplingParams
-
     if spec is None and extra is None and name in SETTINGS:
         spec, extra, desc = SETTINGS[name]
     else:
         desc = name
+    res: dict[str, Any] = {"setting": name, "description": desc, "speculative_config": spec, "additional_config": extra}
+    tokens: dict[str, list[list[int]]] = {}
+    with open_engine(model_dir, wl, engine_kw, spec, extra, res) as llm:
+        if wl.prompts > 0:
+            res["sampled"], tokens["sampled"] = run_sampled(llm, wl, progress)
+        if wl.greedy_prompts > 0:
+            res["greedy"], tokens["greedy"] = run_greedy(llm, wl, progress)
+    return res, tokens
+
+
+PAUSED_AB_ORDER = (("sampled", "off"), ("sampled", "on"), ("greedy", "on"), ("greedy", "off"))
+
+
+def run_paused_ab(
+    model_dir: str,
+    wl: Workload,
+    engine_kw: dict,
+    spec: dict,
+    extra: dict,
+    progress: bool = False,
+    order: tuple[tuple[str, str], ...] = PAUSED_AB_ORDER,
+) -> tuple[dict, dict[str, dict[str, list[list[int]]]]]:
+    """Both arms in one SAM engine: each part runs with SAM paused (``sam_spec_pause``: no drafts, the
+    switch learns nothing; "SAM off") and on, in the order off, on (sampled) then on, off (greedy). Fresh
+    engines of one setting differ in speed by up to ~12% on a 2-core machine (benchmarks/RESULTS.md);
+    within one engine both arms share that.
+
+    Returns ({"off": parts, "on": parts, "engine": ...}, {"off": tokens, "on": tokens})."""
+    res: dict[str, Any] = {"off": {}, "on": {}}
+    tokens: dict[str, dict[str, list[list[int]]]] = {"off": {}, "on": {}}
+    with open_engine(model_dir, wl, engine_kw, spec, extra, res) as llm:
+        if not all(llm.collective_rpc("sam_spec_pause", args=(False,))):
+            raise RuntimeError("run_paused_ab: the engine has no SAM proposer to pause")
+        for part, arm in order:
+            llm.collective_rpc("sam_spec_pause", args=(arm == "off",))
+            run = run_sampled if part == "sampled" else run_greedy
+            res[arm][part], tokens[arm][part] = run(llm, wl, progress)
+    return res, tokens
+
+
+@contextmanager
+def open_engine(model_dir: str, wl: Workload, engine_kw: dict, spec: dict | None, extra: dict | None, info: dict):
+    """An offline engine with the probes installed and warmed up at every batch size of ``wl``; its facts
+    go into ``info``."""
+    from vllm import LLM, SamplingParams
+
     kw = dict(engine_kw)
     if spec is not None:
         kw["speculative_config"] = copy.deepcopy(spec)
     if extra is not None:
         kw["additional_config"] = copy.deepcopy(extra)
-    res: dict[str, Any] = {"setting": name, "description": desc, "speculative_config": spec, "additional_config": extra}
     t0 = time.perf_counter()
     llm = LLM(model_dir, **kw)
-    res["engine_init_s"] = round(time.perf_counter() - t0, 1)
-    tokens: dict[str, list[list[int]]] = {}
+    info["engine_init_s"] = round(time.perf_counter() - t0, 1)
     try:
         sc = llm.llm_engine.vllm_config.scheduler_config
-        res["engine"] = {
+        info["engine"] = {
             "async_scheduling": bool(getattr(sc, "async_scheduling", False)),
             "max_num_seqs": sc.max_num_seqs,
             "max_num_batched_tokens": sc.max_num_batched_tokens,
             "chunked_prefill": bool(getattr(sc, "enable_chunked_prefill", False)),
         }
         llm.collective_rpc(_probe_install)
-        res["engine"]["drafter_class"] = llm.collective_rpc(_drafter_name)[0]
-        prompts = [{"prompt_token_ids": p} for p in wl.prompt_token_ids]
-        # warm-up: first-step costs (numba compile of sam/, torch first-call) stay out of the timings
+        info["engine"]["drafter_class"] = llm.collective_rpc(_drafter_name)[0]
+        # warm-up: first-step costs (numba compile of sam/, torch first calls at every batch size the
+        # parts reach: request i stops after i tokens) stay out of the timings
         t0 = time.perf_counter()
-        llm.generate(prompts[:2], SamplingParams(temperature=1.0, max_tokens=32, ignore_eos=True), use_tqdm=False)
-        res["warmup_s"] = round(time.perf_counter() - t0, 2)
-        if wl.prompts > 0:
-            inputs, sp = sampled_requests(wl, prompts)
-            res["sampled"], tokens["sampled"] = _part(llm, inputs, sp, "sampled", progress)
-        if wl.greedy_prompts > 0:
-            greedy_tokens = wl.greedy_max_tokens or wl.max_tokens
-            sp = SamplingParams(temperature=0.0, max_tokens=greedy_tokens, ignore_eos=wl.ignore_eos)
-            res["greedy"], tokens["greedy"] = _part(llm, prompts[: wl.greedy_prompts], sp, "greedy", progress)
+        batch = max(wl.prompts * wl.n, wl.greedy_prompts, 2)
+        prompts = wl.prompt_token_ids
+        warm = [{"prompt_token_ids": prompts[i % len(prompts)]} for i in range(batch)]
+        sps = [SamplingParams(temperature=1.0, max_tokens=i + 1, ignore_eos=True) for i in range(batch)]
+        llm.generate(warm, sps, use_tqdm=False)
+        info["warmup_s"] = round(time.perf_counter() - t0, 2)
+        yield llm
     finally:
         shutdown(llm)
-    return res, tokens
+
+
+def run_sampled(llm, wl: Workload, progress: bool = False) -> tuple[dict, list[list[int]]]:
+    inputs, sp = sampled_requests(wl, [{"prompt_token_ids": p} for p in wl.prompt_token_ids])
+    return _part(llm, inputs, sp, "sampled", progress)
+
+
+def run_greedy(llm, wl: Workload, progress: bool = False) -> tuple[dict, list[list[int]]]:
+    from vllm import SamplingParams
+
+    sp = SamplingParams(temperature=0.0, max_tokens=wl.greedy_max_tokens or wl.max_tokens, ignore_eos=wl.ignore_eos)
+    prompts = [{"prompt_token_ids": p} for p in wl.prompt_token_ids[: wl.greedy_prompts]]
+    return _part(llm, prompts, sp, "greedy", progress)
 
 
 def compare_greedy(ref: list[list[int]], got: list[list[int]]) -> dict:
