@@ -24,7 +24,12 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=Path, default=Path("~/data/dapo").expanduser())
     p.add_argument("--source", choices=("local", "hub"), default="local")
     p.add_argument("--shared", type=Path, default=data.default_shared(), help="shared data folder (local source)")
-    p.add_argument("--limit", type=int, default=0, help="keep only the first N training rows (smoke runs)")
+    p.add_argument(
+        "--limit",
+        type=int,
+        default=0,
+        help="keep only the first N training rows, arithmetic too (smoke runs, revisits)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the arithmetic set")
     p.add_argument("--arithmetic-only", action="store_true", help="only the CPU preset's set (no shared data needed)")
     args = p.parse_args(argv)
@@ -45,7 +50,7 @@ def main(argv=None) -> int:
 
 
 def write_arithmetic(args) -> None:
-    train = data.arithmetic_rows(ARITHMETIC_TRAIN_ROWS, args.seed, "train")
+    train = data.arithmetic_rows(args.limit or ARITHMETIC_TRAIN_ROWS, args.seed, "train")
     val = data.arithmetic_rows(ARITHMETIC_VAL_ROWS, args.seed + 1, "test")
     data.write_parquet(train, args.out / data.ARITHMETIC_TRAIN_NAME)
     data.write_parquet(val, args.out / data.ARITHMETIC_VAL_NAME)
