@@ -22,8 +22,10 @@ What is learnt, from the steps themselves (clean steps only: no request started,
   outside the estimate (a new batch in another regime, as greedy after sampled) replaces most of it.
 A bucket that has not learnt its own s yet takes two plain steps, then borrows the nearest bucket's s when
 the answer is clear (drafting pays at that cost, or would not pay at half of it); otherwise it measures
-itself with two full (k = K) steps. A bucket that drafts on a borrowed s learns its own from those steps,
-so a wrong neighbour (a noisy warm-up, another batch regime) cannot keep it drafting. Every bucket tries
+itself with two full (k = K) steps. A bucket that drafts on a borrowed s learns its own from those
+steps, so a wrong neighbour (a noisy warm-up, another batch regime) cannot keep it drafting; one whose own
+s rests on few drafted steps takes more of them where the choice hinges on it (drafting would pay at
+half that s), so a few noisy steps cannot keep it from drafting for good. Every bucket tries
 the other choice once every ``EXPLORE_EVERY`` of its steps (plain while it drafts, K while it does not),
 so that it sees a drift in cost: under 1% of steps.
 
@@ -55,6 +57,7 @@ JUMP_Z = 3.5
 JUMP_KEEP = 0.25
 MIN_DRAFTS_PER_REQUEST = 0.25  # a drafted step below this says little about s
 OUTLIER = 1.5  # an observation above OUTLIER x the mean (a pause of the process) counts as that
+CONFIRM_WEIGHT = 6.0  # a bucket's s from fewer drafted steps is confirmed before it alone rules drafting out
 
 # cost[bucket, field]: exponentially weighted means and their weights
 PLAIN_MS, PLAIN_W, DRAFTED_MS, DRAFTED_D, DRAFTED_W, SINCE_TRY, TRIES = range(7)
@@ -131,13 +134,18 @@ def best_k_at(accept, s, max_k):
 def best_k(cost, accept, bucket, max_k):
     """What a bucket would choose now, before any try of the other choice.
 
-    With its own s: the best k at that cost. Without: plain steps first; then the nearest bucket's s
+    With its own s: the best k at that cost; but while s rests on fewer than CONFIRM_WEIGHT drafted
+    steps and drafting would pay at half of it, full steps, which refine s (a few noisy steps must not
+    keep a bucket from drafting for good). Without: plain steps first; then the nearest bucket's s
     decides when it is clear (drafting pays at the neighbour's cost, or would not pay even at half of
     it), and a bucket that drafts on that learns its own s from those steps; otherwise, or with nothing
     learnt anywhere, the bucket measures itself with full steps."""
     s = slope(cost, bucket)
     if s >= 0.0:
-        return best_k_at(accept, s, max_k)
+        k = best_k_at(accept, s, max_k)
+        if k == 0 and cost[bucket, DRAFTED_W] < CONFIRM_WEIGHT and best_k_at(accept, 0.5 * s, max_k) > 0:
+            return max_k  # drafting would pay at half that cost: a few more drafted steps settle it
+        return k
     if cost[bucket, PLAIN_W] < MIN_WEIGHT:
         return 0  # plain steps first: cheap to take, and without them the bucket never learns its own s
     near = nearest_slope(cost, bucket)

@@ -205,6 +205,24 @@ def test_a_wrong_neighbour_cannot_keep_a_bucket_drafting():
     assert np.mean(ks[10:] > 0) < 0.02, ks[:40]
 
 
+def test_a_cost_learnt_from_a_few_noisy_steps_is_confirmed_before_it_rules_drafting_out():
+    """The demo's batch 7-9: two drafted steps, learnt while acceptance was low, made drafting look 2.5x
+    dearer than it is (s 0.6 against 0.25). Once acceptance is high, drafting would pay at half that
+    cost, so the bucket takes a few more full steps, learns the true cost and drafts."""
+    switch = AutoSwitch(K)
+    for ms, d in ((100.0, 0.0), (100.0, 0.0), (280.0, 3.0), (280.0, 3.0)):  # s = (2.8 - 1) / 3 = 0.6
+        switch.observe_cost(8, d, ms)
+    hit = np.array([0.0] + [8.0] * K)
+    for _ in range(8):  # greedy-like acceptance: 0.6, 0.6, 0.6 per position
+        switch.observe_acceptance(8, hit, 0.6 * hit)
+    assert sw.best_k_at(switch.accept, 0.6, K) == 0 < sw.best_k_at(switch.accept, 0.3, K)
+    engine = Engine(slope=lambda b: 0.25, alpha=1.0, f=1.0, noise=0.02, seed=3)
+    engine.plain_ms = lambda b: 100.0
+    ks, _, _ = run(switch, engine, [8] * 40)
+    assert ks[0] == K  # not 0: the cost rests on two drafted steps
+    assert np.mean(ks[10:] > 0) > 0.9, ks
+
+
 def test_an_acceptance_estimate_rests_on_enough_rows():
     """At batch 1 a round scores one row: two lucky rows after many rejected ones do not make the
     estimate jump (the half-life stretches to ACCEPT_HALF_LIFE_ROWS rows)."""

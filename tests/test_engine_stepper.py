@@ -233,7 +233,8 @@ class Clock:
 
 def test_auto_switch_learns_the_step_cost_from_the_calls():
     """A periodic text (drafts always accepted) on an engine whose drafted steps cost 5x: the switch
-    measures plain and drafted steps between its calls, then stops drafting; at 1.05x it drafts."""
+    measures plain and drafted steps between its calls, confirms the cost with a few more, then stops
+    drafting; at 1.05x it drafts."""
     for cost_per_draft_token, drafts in ((4.0 / 3, False), (0.05 / 3, True)):
         clock = Clock()
         st = SamStepper(settings(threshold=None, schedule="auto"), max_model_len=1 << 12, clock=clock)
@@ -252,7 +253,11 @@ def test_auto_switch_learns_the_step_cost_from_the_calls():
             out = step(st, b, [[int(b.tok[i, b.len[i] - 1])] for i in range(4)])
             k_seen.append(len(out[0]))
         assert k_seen[:4] == [0, 0, 3, 3]  # the bucket's plain, then full steps
-        assert all(k == (3 if drafts else 0) for k in k_seen[4:])
+        if drafts:
+            assert all(k == 3 for k in k_seen[4:])
+        else:  # drafting would pay at half the learnt cost: a few more full steps confirm it, then none
+            assert 0 < sum(k > 0 for k in k_seen[4:]) <= 6, k_seen
+            assert all(k == 0 for k in k_seen[12:]), k_seen
         snap = st.snapshot()
         (bucket,) = snap["switch"]["buckets"].values()
         assert bucket["plain_step_ms"] == pytest.approx(100.0)
