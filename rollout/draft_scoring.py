@@ -42,8 +42,7 @@ class DraftScorer:
         """The finished round's counts go to the switch; drafts still undecided (a row that was not
         scheduled since) are dropped."""
         switch.observe_acceptance(self.rows, self.drafted_at, self.accepted_at)
-        self._pending.clear()
-        self._clear_counts()
+        self.discard_round()
 
     def discard_round(self) -> None:
         """Forget the round under way (speculation paused: its outcomes would span the pause)."""
