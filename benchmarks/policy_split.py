@@ -4,7 +4,7 @@
 
 Both trace sets are split by prompt: even-numbered groups tune, odd-numbered ones are held out. On
 each half every candidate (first occurrence, and the frequent continuation over a grid of long_match
-x count_prior) replays group + history in honest lockstep next to Arctic's suffix decoding. The rule,
+x count_prior x recency_weight) replays group + history in honest lockstep next to Arctic's suffix decoding. The rule,
 fixed before looking: on the tuning halves, take the candidate that beats Arctic by >= TARGET_MARGIN
 on the most trace sets, then the one with the largest smallest margin. The held-out halves and the
 full sets are reported for every candidate, so the choice can be checked, not just trusted.
@@ -27,6 +27,7 @@ HISTORY_TOKENS = 1 << 21  # as in bench_replay: more than the traces hold
 TARGET_MARGIN = 0.03  # the target: group + history >= Arctic + 0.03
 LONG_MATCHES = (4, 8, 16)
 COUNT_PRIORS = (1.0, 2.0, 4.0)
+RECENCY_WEIGHTS = (1.0, 1.5, 2.0)
 SMOLLM2 = str(Path(__file__).resolve().parent / "fixtures" / "smollm2_dapo_T1.0_n8.npz")
 HALVES = {"tune": slice(0, None, 2), "held_out": slice(1, None, 2), "all": slice(None)}
 
@@ -35,9 +36,14 @@ def candidates() -> dict[str, DraftConfig]:
     out = {"first": DraftConfig(history_tokens=HISTORY_TOKENS, continuation="first")}
     for long_match in LONG_MATCHES:
         for prior in COUNT_PRIORS:
-            out[f"frequent, long_match {long_match}, prior {prior:g}"] = DraftConfig(
-                history_tokens=HISTORY_TOKENS, continuation="frequent", long_match=long_match, count_prior=prior
-            )
+            for recency in RECENCY_WEIGHTS:
+                out[f"frequent, long_match {long_match}, prior {prior:g}, recency {recency:g}"] = DraftConfig(
+                    history_tokens=HISTORY_TOKENS,
+                    continuation="frequent",
+                    long_match=long_match,
+                    count_prior=prior,
+                    recency_weight=recency,
+                )
     return out
 
 
