@@ -21,9 +21,9 @@ Counts are kept only where they are cheap: for states holding a string of at mos
 (`count_depth(long_match)`, a setting of the drafter, fixed for its automata). Each member (a request's
 text, a prompt, a finished response) keeps a cursor on the state of its last min(depth, length)
 tokens; an append walks from there to the root adding one occurrence, then walks the previous
-cursor's path to keep each state's inline edge its most frequent continuation (ties: the one that
-reached that count first). That bounds the work per token by 2 * depth states (at most 42), whatever
-the context length.
+cursor's path to keep each state's inline edge on its most frequent continuation, or on a recent one
+whose count comes close (`count_occurrence`). That bounds the work per token by 2 * depth states (at
+most 42), whatever the context length.
 
 Drafting reaches its sources (group, stored responses, history generations) by automaton id through
 `table`, never by indexing a tuple of arrays at run time: numba copies such a tuple and counts
@@ -78,7 +78,8 @@ M_PAIRS = 1  # edge pairs handed out by the bump allocator
 M_LOG = 2  # log slots handed out
 M_PROMPT = 3  # the shared prompt's member cursor (MEMBER_WIDTH fields; group automata)
 M_TOKENS = 7  # tokens appended to this automaton
-M_FREE = 8  # first free-list head; NUM_CLASSES of them
+M_RECENCY = 8  # recency weight, in percent: see count_occurrence
+M_FREE = 9  # first free-list head; NUM_CLASSES of them
 META_WIDTH = M_FREE + NUM_CLASSES
 
 # --- member cursor: where one text (a request, a prompt, a finished response) ends -------------
@@ -116,8 +117,9 @@ INITIAL_LOG = 4 * CHUNK
 GROWTH = 1.25  # modest growth keeps slack (and bytes per token) low; still amortised O(1)
 
 
-def new_automaton_arrays(expected_tokens: int = 0):
-    """Fresh arrays for one automaton: a root state and nothing else."""
+def new_automaton_arrays(expected_tokens: int = 0, recency_percent: int = 100):
+    """Fresh arrays for one automaton: a root state and nothing else. `recency_percent`: the recency
+    weight in percent (count_occurrence)."""
     n = max(expected_tokens, 1)
     # Sized for typical text (~1.8 states and ~0.3 extra edges per token); growth covers the rest.
     states = np.empty(max(INITIAL_STATES, n * 15 // 8) * STATE_WIDTH, dtype=np.int32)
@@ -127,6 +129,7 @@ def new_automaton_arrays(expected_tokens: int = 0):
     meta = np.zeros(META_WIDTH, dtype=np.int64)
     meta[M_STATES] = 1
     meta[M_PROMPT + MB_POS] = -1
+    meta[M_RECENCY] = recency_percent
     meta[M_FREE:] = -1
     return states, edges, log, meta
 
@@ -497,11 +500,12 @@ def min_length(states, v):
 
 
 @njit(cache=True)
-def count_occurrence(states, edges, member, token, depth):
+def count_occurrence(states, edges, member, token, depth, recency_percent):
     """After `token` was appended to a member (its state already extended): one more occurrence
     for every state holding a suffix of at most `depth` tokens, and, for the states of the previous
-    suffixes that hold one of at most depth - 1, the inline edge kept on the most frequent
-    continuation.
+    suffixes that hold one of at most depth - 1, the kept (inline) continuation updated: `token`
+    takes its place once its count times `recency_percent` / 100 reaches the kept one's (100: the
+    most frequent, ties going to the most recent; higher values favour recent text).
 
     At most 2 depth states are visited; nothing is allocated."""
     before = member[MB_BOUND_LEN]
@@ -525,7 +529,8 @@ def count_occurrence(states, edges, member, token, depth):
             while states[states[w * STATE_WIDTH + S_LINK] * STATE_WIDTH + S_LEN] > shortest:
                 w = states[w * STATE_WIDTH + S_LINK]
                 states[w * STATE_WIDTH + S_COUNT] += 1
-            if states[w * STATE_WIDTH + S_COUNT] > states[states[xb + S_TARGET] * STATE_WIDTH + S_COUNT]:
+            kept = states[states[xb + S_TARGET] * STATE_WIDTH + S_COUNT]
+            if recency_percent * states[w * STATE_WIDTH + S_COUNT] >= 100 * kept:
                 _promote(states, edges, x, token)
         x = states[xb + S_LINK]
     w = states[w * STATE_WIDTH + S_LINK]
@@ -644,7 +649,7 @@ def _append_in_place(states, edges, log, m, member, tokens, start, stop, depth):
             first = pos
         state = extend_state(states, edges, m, state, token, pos)
         if depth > 0:
-            count_occurrence(states, edges, member, token, depth)
+            count_occurrence(states, edges, member, token, depth, m[M_RECENCY])
         free = edges.size // 2 - m[M_PAIRS]
     member[MB_STATE], member[MB_POS] = state, pos
     return done, first

@@ -29,6 +29,9 @@ class DraftConfig:
     min_token_prob: the "confidence" threshold.
     count_prior: frequent: pseudo-occurrences added to every context's count, so that a context seen
         once does not look certain.
+    recency_weight: frequent: a context's drafted continuation is its most frequent one, except that
+        a continuation just seen takes its place once its count times this weight reaches that one's
+        (1.0: ties go to the most recent; higher values favour recent text; 1.0 to 100).
     group_aware: requests started with the same group (GRPO siblings of one prompt) draft from each
         other's text as well as their own.
     history_tokens: keep up to this many tokens of recently finished responses (across prompts) as a
@@ -45,7 +48,8 @@ class DraftConfig:
     length_policy: str = "fixed"
     continuation: str = "frequent"
     min_token_prob: float = 0.1
-    count_prior: float = 2.0
+    count_prior: float = 4.0
+    recency_weight: float = 1.5
     long_match: int = 8
     group_aware: bool = True
     history_tokens: int = 0
@@ -79,6 +83,8 @@ class DraftConfig:
             raise ValueError(f"DraftConfig.min_token_prob must be in [0, 1], got {self.min_token_prob}")
         if not 1 <= self.long_match <= MAX_LONG_MATCH:
             raise ValueError(f"DraftConfig.long_match must be in [1, {MAX_LONG_MATCH}], got {self.long_match}")
+        if not 1.0 <= self.recency_weight <= 100.0:
+            raise ValueError(f"DraftConfig.recency_weight must be in [1, 100], got {self.recency_weight}")
         if not self.count_prior >= 0.0:
             raise ValueError(f"DraftConfig.count_prior must be >= 0, got {self.count_prior}")
         if self.history_tokens < 0:

@@ -74,14 +74,15 @@ def as_token_array(tokens, what: str = "tokens") -> np.ndarray:
 class _Automata:
     """Owner of every automaton's arrays; compiled code reaches them through `table`."""
 
-    def __init__(self) -> None:
+    def __init__(self, recency_weight: float = 1.0) -> None:
+        self._recency_percent = round(100 * recency_weight)  # how count_occurrence reads it
         self.arrays: list[list[np.ndarray]] = []  # per automaton: [states, edges, log]
         self.table = np.zeros((0, core.TABLE_WIDTH), dtype=np.int64)
         self.meta = np.zeros((0, core.META_WIDTH), dtype=np.int64)
         self._free: list[int] = []
 
     def new(self, expected_tokens: int = 0) -> int:
-        states, edges, log, meta = core.new_automaton_arrays(expected_tokens)
+        states, edges, log, meta = core.new_automaton_arrays(expected_tokens, self._recency_percent)
         if self._free:
             a = self._free.pop()
         else:
@@ -146,7 +147,7 @@ class BatchDrafter:
 
     def __init__(self, config: DraftConfig | None = None) -> None:
         self.config = config or DraftConfig()
-        self._automata = _Automata()
+        self._automata = _Automata(self.config.recency_weight)
         self._cursor = np.zeros((16, core.CURSOR_WIDTH), dtype=np.int64)
         self._free_slots = list(range(15, -1, -1))
         self._slot: dict[Hashable, int] = {}

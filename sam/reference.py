@@ -194,16 +194,20 @@ def shortest_equivalent(ref: ReferenceAutomaton, string: list[int]) -> int:
     return next(j for j in range(1, len(string) + 1) if end_times(ref, string[-j:]) == ends)
 
 
-def most_frequent_follower(ref: ReferenceAutomaton, string: list[int]) -> int | None:
-    """The token that follows `string` most often; ties: the one that reached that count first."""
-    best, best_key = None, None
-    for token in sorted(set(ref.log_token)):
-        ends = end_times(ref, string + [token])
-        if ends:
-            key = (-len(ends), ends[-1])  # more occurrences first, then the earlier last one
-            if best_key is None or key < best_key:
-                best, best_key = token, key
-    return best
+def kept_follower(ref: ReferenceAutomaton, string: list[int], recency_weight: float = 1.0) -> int | None:
+    """The continuation of `string` that drafts follow, replayed over its occurrences in insertion
+    order: the first follower, replaced by a follower just seen once that one's count times
+    `recency_weight` reaches the kept one's (in whole percent, as the core compares)."""
+    percent = round(100 * recency_weight)
+    counts: dict[int, int] = {}
+    kept = None
+    for time, token in enumerate(ref.log_token):
+        if not _ends_with(ref, ref.log_prev[time], string):
+            continue
+        counts[token] = counts.get(token, 0) + 1
+        if kept is None or (token != kept and percent * counts[token] >= 100 * counts[kept]):
+            kept = token
+    return kept
 
 
 def _first_occurrence_match(ref, text, length, k, longer_than):
@@ -241,8 +245,9 @@ def brute_force_first_draft(
     return best_cont, best_match, best_source
 
 
-def _pooled_path(sources, on, string, cap, min_prob, prior, score_depth):
-    """The most frequent continuation of `string` over the pooled counts of sources `on`."""
+def _pooled_path(sources, on, string, cap, min_prob, prior, score_depth, recency_weight):
+    """The best-counted of the sources' kept continuations of `string`, over the pooled counts of
+    sources `on`."""
     p, score, out, first_source = 1.0, 0.0, [], None
     while len(out) < cap:
         on = [i for i in on if shortest_equivalent(sources[i], string) <= score_depth]
@@ -251,7 +256,7 @@ def _pooled_path(sources, on, string, cap, min_prob, prior, score_depth):
             total += len(end_times(sources[i], string))
         best, best_count, best_source = None, 0, None
         for i in on:
-            token = most_frequent_follower(sources[i], string)
+            token = kept_follower(sources[i], string, recency_weight)
             if token is None:
                 continue
             counts = [len(end_times(sources[j], string + [token])) for j in on]
@@ -287,6 +292,7 @@ def brute_force_frequent_draft(
     prior: float = 1.0,
     long_match: int = 8,
     score_depth: int | None = None,
+    recency_weight: float = 1.0,
 ) -> tuple[list[int], int, int | None]:
     """The frequent draft by definition: (tokens, match length, source index or None).
 
@@ -295,12 +301,13 @@ def brute_force_frequent_draft(
     longer than `long_match` whose first occurrence has a follower wins as in
     `brute_force_first_draft`. Otherwise every matched length from min(long_match, longest match)
     down to min_match is scored, over the counts pooled across the sources holding it, then over the
-    group alone: the draft follows the most frequent continuation while the product of its
-    estimated probabilities (count / (context count + prior), at most 1) stays >= min_prob, a source
-    dropping out where the string stops occurring in it or stops being at most
-    `sam._core.score_depth(long_match)` tokens long in its shortest form; the score is the sum of
-    those products, and the best score wins (ties: the pooled pass, the longer match). The
-    `score_depth` argument only exists to show where that depth matters.
+    group alone: the draft follows, of the sources' kept continuations (`kept_follower`), the one
+    with the most pooled occurrences, while the product of its estimated probabilities (count /
+    (context count + prior), at most 1) stays >= min_prob, a source dropping out where the string
+    stops occurring in it or stops being at most `sam._core.score_depth(long_match)` tokens long in
+    its shortest form; the score is the sum of those products, and the best score wins (ties: the
+    pooled pass, the longer match). The `score_depth` argument only exists to show where that depth
+    matters.
     """
     from ._core import score_depth as default_depth
 
@@ -316,7 +323,9 @@ def brute_force_frequent_draft(
         for m in range(min(long_match, max(lengths[i] for i in allowed)), max(min_match, 1) - 1, -1):
             on = [i for i in allowed if lengths[i] >= m]
             cap = _draft_length(m, k, min_match, scaled)
-            tokens, score, source = _pooled_path(sources, on, text[-m:], cap, min_prob, prior, score_depth)
+            tokens, score, source = _pooled_path(
+                sources, on, text[-m:], cap, min_prob, prior, score_depth, recency_weight
+            )
             if tokens and score > best[3]:
                 best = (tokens, m, source, score)
     return best[0], best[1], best[2]

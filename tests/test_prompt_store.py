@@ -152,7 +152,12 @@ def test_store_source_matches_definition(data, continuation):
             want = brute_force_first_draft([group, stored], text, 3)
         else:
             want = brute_force_frequent_draft(
-                [group, stored], text, 3, prior=config.count_prior, long_match=config.long_match
+                [group, stored],
+                text,
+                3,
+                prior=config.count_prior,
+                long_match=config.long_match,
+                recency_weight=config.recency_weight,
             )
         p = drafter.propose(["r"])
         got = p.tokens[0, : p.lengths[0]].tolist(), int(p.match_lengths[0]), int(p.sources[0])

@@ -7,7 +7,7 @@ from sam_helpers import appended_one_by_one, finish_into_history, single_member
 
 from sam import SOURCE_GROUP, SOURCE_HISTORY, SOURCE_NONE, BatchDrafter, DraftConfig
 from sam import _core as core
-from sam.reference import ReferenceAutomaton, brute_force_frequent_draft, most_frequent_follower
+from sam.reference import ReferenceAutomaton, brute_force_frequent_draft, kept_follower
 
 PROPERTY = settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 SOURCE_OF = {None: SOURCE_NONE, 0: SOURCE_GROUP}
@@ -20,6 +20,7 @@ policies = st.fixed_dictionaries(
         "min_token_prob": st.sampled_from([0.0, 0.2, 0.5]),
         "count_prior": st.sampled_from([0.0, 1.0, 2.5]),
         "long_match": st.sampled_from([1, 4, 8, 16]),
+        "recency_weight": st.sampled_from([1.0, 1.5, 2.0, 100.0]),
     }
 )
 
@@ -39,6 +40,7 @@ def expected(sources, text, config):
         min_prob,
         config.count_prior,
         config.long_match,
+        recency_weight=config.recency_weight,
     )
     return tokens, match, SOURCE_OF.get(source, SOURCE_HISTORY)
 
@@ -124,7 +126,7 @@ def test_long_stream_with_many_followers_matches_definition():
             text.append(token)
             if i % 150 == 149:
                 assert proposed(drafter, 0) == expected([ref], text, config)
-        assert most_frequent_follower(ref, [hub]) == proposed_after(drafter, hub)
+        assert kept_follower(ref, [hub], config.recency_weight) == proposed_after(drafter, hub)
 
 
 def prefix_repeats(rng, n):
@@ -192,6 +194,18 @@ def test_counts_drafts_from_the_most_frequent_continuation():
         d.start(0, text)
     assert proposed(first, 0)[0] == [3]
     assert proposed(freq, 0)[0] == [4]
+
+
+def test_recency_weight_lets_a_recent_continuation_take_over():
+    """'1 2' is followed by 3 twice, then by 4 once, then by 4 again: with weight 1 the draft turns
+    to 4 only at the tie; with weight 2 already after 4's first occurrence."""
+    head = [1, 2, 3, 9, 1, 2, 3, 8, 1, 2, 4, 7]
+    for weight, after_one, after_two in ((1.0, 3, 4), (2.0, 4, 4), (1.5, 3, 4)):
+        drafter = BatchDrafter(DraftConfig(k=1, group_aware=False, continuation="frequent", recency_weight=weight))
+        drafter.start(0, head + [1, 2])
+        assert proposed(drafter, 0)[0] == [after_one]
+        drafter.extend([0], [4, 6, 1, 2], [4])
+        assert proposed(drafter, 0)[0] == [after_two]
 
 
 def test_confidence_stops_below_the_threshold():
