@@ -57,7 +57,7 @@ def sam_methods() -> list[SamDrafter]:
     for p in (0.05, 0.1, 0.2, 0.3):
         config = DraftConfig(**gh, length_policy="confidence", min_token_prob=p)
         methods.append(SamDrafter(f"SAM group + history, frequent, confidence {p:g}", config))
-    for p in (0.05, 0.1, 0.2, 0.3):  # the same, allowed to reach CONFIDENCE_REACH tokens where it is sure
+    for p in (0.03, 0.05, 0.1, 0.2, 0.3):  # the same, allowed to reach CONFIDENCE_REACH tokens where it is sure
         config = DraftConfig(**gh, k=CONFIDENCE_REACH, length_policy="confidence", min_token_prob=p)
         name = f"SAM group + history, frequent, confidence {p:g}, up to {CONFIDENCE_REACH}"
         methods.append(SamDrafter(name, config, max_draft=CONFIDENCE_REACH))
