@@ -4,9 +4,9 @@
 
 Both trace sets are split by prompt: even-numbered groups tune, odd-numbered ones are held out. On
 each half every candidate (first occurrence, and the frequent continuation over a grid of long_match
-x count_prior x recency_weight) replays group + history in honest lockstep next to Arctic's suffix decoding. The rule,
-fixed before looking: on the tuning halves, take the candidate that beats Arctic by >= TARGET_MARGIN
-on the most trace sets, then the one with the largest smallest margin. The held-out halves and the
+x count_prior x recency_weight) replays group + history in honest lockstep next to Arctic's suffix
+decoding. The rule, fixed before looking: on the tuning halves, take the candidate that beats Arctic
+by >= TARGET_MARGIN on the most trace sets, then the one with the largest smallest margin. The held-out halves and the
 full sets are reported for every candidate, so the choice can be checked, not just trusted.
 """
 
