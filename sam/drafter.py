@@ -74,7 +74,7 @@ def as_token_array(tokens, what: str = "tokens") -> np.ndarray:
 class _Automata:
     """Owner of every automaton's arrays; compiled code reaches them through `table`."""
 
-    def __init__(self, recency_weight: float = 1.0) -> None:
+    def __init__(self, recency_weight: float) -> None:
         self._recency_percent = round(100 * recency_weight)  # how count_occurrence reads it
         self.arrays: list[list[np.ndarray]] = []  # per automaton: [states, edges, log]
         self.table = np.zeros((0, core.TABLE_WIDTH), dtype=np.int64)
