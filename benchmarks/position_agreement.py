@@ -15,53 +15,50 @@ import json
 
 import numpy as np
 
-from sam import BatchDrafter, DraftConfig
+from sam import DraftConfig
 
+from .drafters import ArcticSuffixDrafter, SamDrafter
 from .policy_split import HISTORY_TOKENS, SMOLLM2
 from .traces import load_trace_set
 
 MATCH_BINS = ((1, 1), (2, 2), (3, 4), (5, 8), (9, 16), (17, 1 << 30))
-ARCTIC_DEPTH = 24  # vLLM's default suffix-tree depth
 
 
 def first_token_hits(groups, k: int) -> np.ndarray:
     """Per position: (SAM right, Arctic right, SAM's match length); positions where SAM has no draft
     count as not right for it."""
-    from arctic_inference.suffix_decoding import SuffixDecodingCache
-
-    sam = BatchDrafter(DraftConfig(history_tokens=HISTORY_TOKENS))
-    arctic = SuffixDecodingCache(max_tree_depth=ARCTIC_DEPTH, max_cached_requests=10000)
+    sam = SamDrafter("default", DraftConfig(history_tokens=HISTORY_TOKENS))
+    arctic = ArcticSuffixDrafter()
     rows = []
     for g, group in enumerate(groups):
         ids = [f"{g}/{i}" for i in range(len(group.responses))]
+        texts = [np.concatenate([group.prompt, r]) for r in group.responses]
         lengths = [len(r) for r in group.responses]
         for req, n in zip(ids, lengths):
-            sam.start(req, group.prompt, group=str(g))
-            arctic.start_request(req, group.prompt)
-            if n == 0:
-                sam.finish(req)
-                arctic.stop_request(req)
+            for drafter in (sam, arctic):
+                drafter.start(req, group.prompt, str(g))
+                if n == 0:
+                    drafter.finish(req)
         active = [i for i, n in enumerate(lengths) if n > 0]
         pos = 0
         while active:
             step = [group.responses[i][pos : pos + 1] for i in active]
-            sam.extend([ids[i] for i in active], np.concatenate(step), [1] * len(active))
-            for i, token in zip(active, step):
-                arctic.add_active_response(ids[i], token.tolist())
+            for drafter in (sam, arctic):
+                drafter.extend([ids[i] for i in active], step)
             pos += 1
             for i in [i for i in active if pos >= lengths[i]]:
-                sam.finish(ids[i])
-                arctic.stop_request(ids[i])
+                for drafter in (sam, arctic):
+                    drafter.finish(ids[i])
             active = [i for i in active if pos < lengths[i]]
             if not active:
                 break
-            proposal = sam.propose([ids[i] for i in active], k)
-            for row, i in enumerate(active):
+            req_ids = [ids[i] for i in active]
+            proposal = sam.drafter.propose(req_ids, k)  # the batch API: drafts with their match lengths
+            arctic_drafts = arctic.propose(req_ids, [texts[i][: len(group.prompt) + pos] for i in active], k)
+            for row, (i, draft) in enumerate(zip(active, arctic_drafts)):
                 truth = int(group.responses[i][pos])
-                context = np.concatenate([group.prompt, group.responses[i][:pos]])[-ARCTIC_DEPTH:]
-                draft = arctic.speculate(ids[i], context.tolist(), max_spec_tokens=k)
                 sam_right = proposal.lengths[row] > 0 and int(proposal.tokens[row, 0]) == truth
-                arctic_right = len(draft.token_ids) > 0 and int(draft.token_ids[0]) == truth
+                arctic_right = len(draft) > 0 and int(draft[0]) == truth
                 rows.append((sam_right, arctic_right, int(proposal.match_lengths[row])))
     return np.array(rows, dtype=np.int64).reshape(-1, 3)
 
