@@ -3,7 +3,8 @@
 Library part of ``scripts/bench_engine.py`` (not part of the tests). Each setting gets a fresh
 ``LLM`` with the same engine arguments; it runs
 
-* a warm-up (2 prompts x 32 tokens; numba compiles of the drafters land here, not in the timed parts),
+* a warm-up: one request per batch size the parts reach, SAM paused (torch's first calls), then 2
+  prompts x 32 tokens with SAM on (numba compiles of drafting and the switch); none of it is timed,
 * the **sampled** part: ``prompts`` DAPO prompts, ``SamplingParams(n=n, temperature=1.0)``, no
   per-request seed (the engine ``seed`` fixes the stream; see docs/vllm-hooks.md "Traps"),
 * the **greedy** part: the first ``greedy_prompts`` of the same prompts, n=1, temperature 0,
@@ -303,6 +304,13 @@ def _probe_end_part(worker) -> bool:
     return True
 
 
+def _pause_sam(worker, paused: bool) -> bool:
+    """The ``sam_spec_pause`` RPC, also on engines without SAM (where the plugin adds no RPC): False there."""
+    from rollout.vllm.runner_patch import worker_sam_pause
+
+    return worker_sam_pause(worker, paused)
+
+
 def _drafter_name(worker) -> str | None:
     d = getattr(worker.model_runner, "drafter", None)
     return None if d is None else f"{type(d).__module__}.{type(d).__name__}"
@@ -506,18 +514,31 @@ def open_engine(model_dir: str, wl: Workload, engine_kw: dict, spec: dict | None
         }
         llm.collective_rpc(_probe_install)
         info["engine"]["drafter_class"] = llm.collective_rpc(_drafter_name)[0]
-        # warm-up: first-step costs (numba compile of sam/, torch first calls at every batch size the
-        # parts reach: request i stops after i tokens) stay out of the timings
         t0 = time.perf_counter()
-        batch = max(wl.prompts * wl.n, wl.greedy_prompts, 2)
-        prompts = wl.prompt_token_ids
-        warm = [{"prompt_token_ids": prompts[i % len(prompts)]} for i in range(batch)]
-        sps = [SamplingParams(temperature=1.0, max_tokens=i + 1, ignore_eos=True) for i in range(batch)]
-        llm.generate(warm, sps, use_tqdm=False)
+        warm_every_batch_size(llm, wl.prompt_token_ids, max(wl.prompts * wl.n, wl.greedy_prompts, 2))
+        # then a short one with SAM drafting: numba compiles of drafting and the switch land here
+        prompts = [{"prompt_token_ids": p} for p in wl.prompt_token_ids[:2]]
+        llm.generate(prompts, SamplingParams(temperature=1.0, max_tokens=32, ignore_eos=True), use_tqdm=False)
         info["warmup_s"] = round(time.perf_counter() - t0, 2)
         yield llm
     finally:
         shutdown(llm)
+
+
+def warm_every_batch_size(llm, prompts: list[list[int]], batch: int) -> None:
+    """Torch's first calls at every batch size up to ``batch`` (request i stops after i tokens) stay
+    out of the timings. SAM is paused meanwhile: those first calls are slow, and an online switch that
+    timed them would judge drafting at small batch too dear (benchmarks/RESULTS.md)."""
+    from vllm import SamplingParams
+
+    has_sam = all(llm.collective_rpc(_pause_sam, args=(True,)))
+    try:
+        warm = [{"prompt_token_ids": prompts[i % len(prompts)]} for i in range(batch)]
+        sps = [SamplingParams(temperature=1.0, max_tokens=i + 1, ignore_eos=True) for i in range(batch)]
+        llm.generate(warm, sps, use_tqdm=False)
+    finally:
+        if has_sam:
+            llm.collective_rpc(_pause_sam, args=(False,))
 
 
 def run_sampled(llm, wl: Workload, progress: bool = False) -> tuple[dict, list[list[int]]]:

@@ -1,4 +1,4 @@
-"""benchmarks.engine: interleaved repeats are paired with the plain engine of the same round."""
+"""benchmarks.engine: interleaved repeats are paired with the plain engine of the same round; the warm-up."""
 
 from __future__ import annotations
 
@@ -29,3 +29,12 @@ def test_ratios_pair_each_round_with_its_own_none():
 def test_a_round_without_its_none_is_left_out():
     runs = {"none": [run(0, 50.0, 200.0)], "sam_k0": [run(0, 45.0, 220.0), run(1, 10.0, 900.0)]}
     assert summarize_repeats(runs)["sampled"]["sam_k0"]["rounds"] == 1
+
+
+def test_the_warm_up_pause_answers_false_on_an_engine_without_sam():
+    """The warm-up pauses SAM through a callable, not the plugin's RPC, which plain engines lack."""
+    from types import SimpleNamespace
+
+    from benchmarks.engine import _pause_sam
+
+    assert _pause_sam(SimpleNamespace(model_runner=SimpleNamespace(drafter=None)), True) is False
