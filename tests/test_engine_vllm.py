@@ -229,13 +229,14 @@ def test_threshold_switches_speculation_off_and_on(model_dir, prompts, reference
         assert list(o.outputs[0].token_ids) == reference[i][: lengths[i]], f"prompt {i} diverges"
 
 
-def test_online_switch_scores_drafts_and_keeps_greedy_identity(model_dir, prompts, reference):
+def test_online_switch_scores_drafts_and_keeps_greedy_identity(model_dir, prompts, reference, monkeypatch):
     """schedule: auto in the real engine: greedy outputs identical, every step with decode rows chose a k,
     and the scoring rounds measured this model's greedy acceptance whether or not drafts were sent
     (what the switch then chose depends on this machine's step cost)."""
     from benchmarks.engine import warm_every_batch_size
 
     lengths = [96, 128, 160, 192]
+    monkeypatch.setenv("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")  # the warm-up's RPC is a callable
     llm = LLM(model_dir, **ENGINE_KW, **spec_kw(threshold=None, schedule="auto"))
     try:
         # the engine benchmark's warm-up pauses SAM: the switch neither chooses nor learns there
