@@ -25,6 +25,10 @@ cursor's path to keep each state's inline edge on its most frequent continuation
 whose count comes close (`count_occurrence`). That bounds the work per token by 2 * depth states (at
 most 42), whatever the context length.
 
+The adaptive policy keeps, per request, the first tokens of its last draft's two candidates (first
+occurrence, frequent; `R_GUESS`); the next append scores them (`score_guesses`) into decayed wins in
+the group automaton's meta (`M_WINS`), which decide the next drafts.
+
 Drafting reaches its sources (group, stored responses, history generations) by automaton id through
 `table`, never by indexing a tuple of arrays at run time: numba copies such a tuple and counts
 references on every access, which cost more than the whole draft.
@@ -79,7 +83,8 @@ M_LOG = 2  # log slots handed out
 M_PROMPT = 3  # the shared prompt's member cursor (MEMBER_WIDTH fields; group automata)
 M_TOKENS = 7  # tokens appended to this automaton
 M_RECENCY = 8  # recency weight, in percent: see count_occurrence
-M_FREE = 9  # first free-list head; NUM_CLASSES of them
+M_WINS = 9  # adaptive: decayed wins of (first occurrence, frequent) where their first tokens differ
+M_FREE = 11  # first free-list head; NUM_CLASSES of them
 META_WIDTH = M_FREE + NUM_CLASSES
 
 # --- member cursor: where one text (a request, a prompt, a finished response) ends -------------
@@ -98,7 +103,8 @@ R_HIST = R_FIRST + 1  # per history generation: (state, match length) pairs
 NUM_HISTORY = 2
 R_STORE = R_HIST + 2 * NUM_HISTORY  # (state, match length) in the group's stored-responses automaton
 R_STORE_AUTO = R_STORE + 2  # that automaton, -1 if none
-CURSOR_WIDTH = R_STORE_AUTO + 1
+R_GUESS = R_STORE_AUTO + 1  # adaptive: (tokens seen, first occurrence's, frequent's first token) at the last draft
+CURSOR_WIDTH = R_GUESS + 3
 
 # --- draft sources ----------------------------------------------------------------------------
 SOURCE_NONE, SOURCE_GROUP, SOURCE_HISTORY, SOURCE_STORE = 0, 1, 2, 3
@@ -712,11 +718,29 @@ def _track_run(hs, he, cursor, r, field, tokens, start, stop):
 
 
 @njit(cache=True)
+def score_guesses(m, row, token):
+    """Adaptive: where the last draft's two candidates disagreed on its first token, the one that
+    equals the emitted `token` wins (decayed counts in the group automaton's meta `m`)."""
+    first, frequent = row[R_GUESS + 1], row[R_GUESS + 2]
+    row[R_GUESS] = -1
+    if first == frequent:
+        return
+    m[M_WINS] -= m[M_WINS] >> WIN_SHIFT
+    m[M_WINS + 1] -= m[M_WINS + 1] >> WIN_SHIFT
+    if token == first:
+        m[M_WINS] += WIN_UNIT
+    elif token == frequent:
+        m[M_WINS + 1] += WIN_UNIT
+
+
+@njit(cache=True)
 def append_tokens(table, meta, cursor, hist, r, tokens, start, stop, need, depth):
     """Append tokens[start:stop] to request r (its group automaton and its history matches).
     Returns the tokens done up to; short of `stop` means grow as `need` says."""
     if stop <= start:
         return stop
+    if cursor[r, R_GUESS] == cursor[r, R_TOKENS]:
+        score_guesses(meta[cursor[r, R_AUTO]], cursor[r], tokens[start])
     member = cursor[r, R_MEMBER : R_MEMBER + MEMBER_WIDTH]
     j, first = append_run(table, meta, cursor[r, R_AUTO], member, tokens, start, stop, need, depth)
     if cursor[r, R_FIRST] < 0:
@@ -806,7 +830,14 @@ P_MIN_PROB = 3  # frequent: stop a draft when its estimated probability falls be
 P_PRIOR = 4  # frequent: pseudo-occurrences added to every context count (shrinks rare contexts)
 P_LONG_MATCH = 5  # frequent: matches longer than this follow their first occurrence
 P_COUNT_DEPTH = 6  # frequent: count_depth(long_match); 0: no counts are kept
-POLICY_WIDTH = 7
+P_ADAPTIVE = 7  # 1: per group, draft from the first occurrence or the frequent continuation (see _adaptive)
+POLICY_WIDTH = 8
+
+# adaptive: each disagreement decays both wins by 1/2**WIN_SHIFT (a memory of ~128 disagreements);
+# the first occurrence is drafted while its wins exceed the frequent one's by FIRST_LEAD_PERCENT
+WIN_SHIFT = 7
+WIN_UNIT = 1 << 16
+FIRST_LEAD_PERCENT = 110
 
 # Sources, in the order they win ties: the group automaton, the group's stored responses (prompt store),
 # then the history generations (newest first).
@@ -1009,25 +1040,61 @@ def _frequent(table, work, k, policy, scratch, out_row, best_score):
 
 
 @njit(cache=True)
-def _propose_one(table, cursor, history, r, k, policy, work, scratch, out_row):
+def _propose_one(table, meta, cursor, history, r, k, policy, work, scratch, out_row):
     """Draft for request r into out_row. Returns (tokens drafted, match length, source).
 
     First occurrence: the longest match among the sources wins (ties: the order of the sources).
     Frequent: the same for matches longer than long_match; below that, the best-scored draft over
     counts pooled across all sources, or over the group automaton alone (its own statistics: a
-    request's loops, its siblings' phrasing)."""
+    request's loops, its siblings' phrasing). Adaptive: see _adaptive."""
     frequent = policy[P_FREQUENT] > 0
-    min_match = int(policy[P_MIN_MATCH])
+    adaptive = policy[P_ADAPTIVE] > 0
+    long_match = int(policy[P_LONG_MATCH])
     _matches(table, cursor, history, r, False, work)
-    match, src, pos, n = _first_occurrence(table, work, k, int(policy[P_LONG_MATCH]) if frequent else 0)
-    if match > 0:
-        count = min(draft_length(match, k, min_match, policy[P_SCALED] > 0), n)
-        if count <= 0:
-            return 0, match, SOURCE_NONE
-        copy_continuation(view(table, work[W_AUTO + src], T_LOG), pos, count, out_row)
-        return count, match, _source_kind(src)
+    match, src, pos, n = _first_occurrence(table, work, k, 0 if adaptive else (long_match if frequent else 0))
+    if match > 0 and (not adaptive or match > long_match):
+        return _copy_first(table, work, k, policy, match, src, pos, n, out_row)
     if not frequent:
         return 0, 0, SOURCE_NONE
+    if adaptive:
+        return _adaptive(table, meta, cursor, history, r, k, policy, work, scratch, out_row, match, src, pos, n)
+    return _frequent_draft(table, cursor, history, r, k, policy, work, scratch, out_row)
+
+
+@njit(cache=True)
+def _copy_first(table, work, k, policy, match, src, pos, n, out_row):
+    """The first occurrence's continuation of a match in source src."""
+    count = min(draft_length(match, k, int(policy[P_MIN_MATCH]), policy[P_SCALED] > 0), n)
+    if count <= 0:
+        return 0, match, SOURCE_NONE
+    copy_continuation(view(table, work[W_AUTO + src], T_LOG), pos, count, out_row)
+    return count, match, _source_kind(src)
+
+
+@njit(cache=True)
+def _adaptive(table, meta, cursor, history, r, k, policy, work, scratch, out_row, match, src, pos, n):
+    """A match of at most long_match tokens: both candidates are drafted, their first tokens kept in
+    the request's cursor (score_guesses scores them against the next emitted token), and the first
+    occurrence is sent while the group's wins for it lead the frequent one's by FIRST_LEAD_PERCENT.
+    Math traces (near-deterministic text) favour the first occurrence, T=1.0 text the counts."""
+    first_token = -1
+    if match > 0 and min(draft_length(match, k, int(policy[P_MIN_MATCH]), policy[P_SCALED] > 0), n) > 0:
+        log = view(table, work[W_AUTO + src], T_LOG)
+        first_token = log[follower(log, pos)]
+    count, f_match, f_src = _frequent_draft(table, cursor, history, r, k, policy, work, scratch, out_row)
+    row = cursor[r]
+    row[R_GUESS] = row[R_TOKENS]
+    row[R_GUESS + 1] = first_token
+    row[R_GUESS + 2] = out_row[0] if count > 0 else -1
+    m = meta[cursor[r, R_AUTO]]
+    if 100 * m[M_WINS] > FIRST_LEAD_PERCENT * m[M_WINS + 1] and first_token >= 0:
+        return _copy_first(table, work, k, policy, match, src, pos, n, out_row)
+    return count, f_match, f_src
+
+
+@njit(cache=True)
+def _frequent_draft(table, cursor, history, r, k, policy, work, scratch, out_row):
+    """The best-scored draft over pooled counts, or over the group automaton alone."""
     count, match, src, score = _frequent(table, work, k, policy, scratch, out_row, 0.0)
     if work[W_AUTO + 1] >= 0 or work[W_AUTO + 2] >= 0:  # the group alone (_frequent moved the matches)
         _matches(table, cursor, history, r, True, work)
@@ -1040,11 +1107,11 @@ def _propose_one(table, cursor, history, r, k, policy, work, scratch, out_row):
 
 
 @njit(cache=True)
-def propose_batch(table, cursor, history, slots, k, policy, work, scratch, out, out_len, out_match, out_source):
+def propose_batch(table, meta, cursor, history, slots, k, policy, work, scratch, out, out_len, out_match, out_source):
     """Drafts for requests slots[i] into out[i, :out_len[i]]."""
     for i in range(slots.size):
         out_len[i], out_match[i], out_source[i] = _propose_one(
-            table, cursor, history, slots[i], k, policy, work, scratch, out[i]
+            table, meta, cursor, history, slots[i], k, policy, work, scratch, out[i]
         )
 
 
@@ -1071,5 +1138,7 @@ def step_rows(
     sibling's tokens of this step count whatever the row order. Returns sync_rows' answer."""
     code = sync_rows(table, meta, cursor, history, slots, rows, row_lengths, need, int(policy[P_COUNT_DEPTH]))
     if code == OK and k > 0:
-        propose_batch(table, cursor, history, slots, k, policy, work, scratch, out, out_len, out_match, out_source)
+        propose_batch(
+            table, meta, cursor, history, slots, k, policy, work, scratch, out, out_len, out_match, out_source
+        )
     return code

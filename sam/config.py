@@ -7,7 +7,7 @@ from dataclasses import dataclass, fields
 from ._core import MAX_LONG_MATCH
 
 LENGTH_POLICIES = ("fixed", "scaled", "confidence")
-CONTINUATIONS = ("first", "frequent")
+CONTINUATIONS = ("first", "frequent", "adaptive")
 
 
 @dataclass(frozen=True)
@@ -24,14 +24,16 @@ class DraftConfig:
         occurrence. "frequent" does so only for matches longer than `long_match` tokens; shorter
         ones are scored by the expected number of accepted tokens under occurrence counts (pooled
         over all sources, and over the group automaton alone), and the best one's most frequent
-        continuation is drafted.
-    long_match: frequent: the longest match that is scored by counts (1 to 16).
+        continuation is drafted. "adaptive" computes both for matches of at most `long_match` tokens
+        and, per group, sends the first occurrence while it has been right clearly more often than
+        the frequent one where their first tokens differed (scored on the tokens emitted next).
+    long_match: frequent, adaptive: the longest match that is scored by counts (1 to 16).
     min_token_prob: the "confidence" threshold.
-    count_prior: frequent: pseudo-occurrences added to every context's count, so that a context seen
-        once does not look certain.
-    recency_weight: frequent: a context's drafted continuation is its most frequent one, except that
-        a continuation just seen takes its place once its count times this weight reaches that one's
-        (1.0: ties go to the most recent; higher values favour recent text; 1.0 to 100).
+    count_prior: frequent, adaptive: pseudo-occurrences added to every context's count, so that a
+        context seen once does not look certain.
+    recency_weight: frequent, adaptive: a context's drafted continuation is its most frequent one,
+        except that a continuation just seen takes its place once its count times this weight reaches
+        that one's (1.0: ties go to the most recent; higher values favour recent text; 1.0 to 100).
     group_aware: requests started with the same group (GRPO siblings of one prompt) draft from each
         other's text as well as their own.
     history_tokens: keep up to this many tokens of recently finished responses (across prompts) as a

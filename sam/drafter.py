@@ -46,11 +46,12 @@ def policy_array(config: DraftConfig) -> np.ndarray:
     policy = np.zeros(core.POLICY_WIDTH, dtype=np.float64)
     policy[core.P_MIN_MATCH] = config.min_match
     policy[core.P_SCALED] = config.length_policy == "scaled"
-    policy[core.P_FREQUENT] = config.continuation == "frequent"
+    policy[core.P_FREQUENT] = config.continuation in ("frequent", "adaptive")
+    policy[core.P_ADAPTIVE] = config.continuation == "adaptive"
     policy[core.P_MIN_PROB] = config.min_token_prob if config.length_policy == "confidence" else 0.0
     policy[core.P_PRIOR] = config.count_prior
     policy[core.P_LONG_MATCH] = config.long_match
-    policy[core.P_COUNT_DEPTH] = core.count_depth(config.long_match) if config.continuation == "frequent" else 0
+    policy[core.P_COUNT_DEPTH] = core.count_depth(config.long_match) if policy[core.P_FREQUENT] else 0
     return policy
 
 
@@ -195,6 +196,7 @@ class BatchDrafter:
         ]
         row[core.R_TOKENS] = len(prompt)
         row[core.R_FIRST] = -1
+        row[core.R_GUESS] = -1
         row[core.R_STORE_AUTO] = entry.store
         if entry.store >= 0:  # the prompt is matched in full there
             row[core.R_STORE] = self._automata.meta[entry.store, core.M_PROMPT + core.MB_STATE]
@@ -264,7 +266,8 @@ class BatchDrafter:
         slots = self._slots_of(req_ids)
         out = self._empty_proposal(slots.size, k)
         if k > 0 and slots.size > 0:
-            core.propose_batch(self._automata.table, self._cursor, self._history, slots, k, *self._buffers(k), *out)
+            a = self._automata
+            core.propose_batch(a.table, a.meta, self._cursor, self._history, slots, k, *self._buffers(k), *out)
         return out
 
     def step(self, req_ids: Sequence[Hashable], rows: np.ndarray, row_lengths, k: int | None = None) -> Proposal:

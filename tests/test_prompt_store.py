@@ -88,7 +88,7 @@ def visit(drafter, prompt, responses, tag):
 
 def test_next_visit_drafts_from_the_previous_one():
     response = tokens(50, 1000)
-    for continuation in ("first", "frequent"):
+    for continuation in ("first", "frequent", "adaptive"):
         drafter = BatchDrafter(DraftConfig(prompt_store=True, continuation=continuation))
         visit(drafter, PROMPT_A, [response], "step-1")
         drafter.start("again", PROMPT_A, group="step-36")
