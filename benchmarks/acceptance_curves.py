@@ -45,16 +45,18 @@ def sam_method(key: str, label: str, **settings) -> Method:
 
 
 FIRST = dict(continuation="first")
+FREQUENT = dict(continuation="frequent")
 GROUP_HISTORY = dict(group_aware=True, history_tokens=HISTORY_TOKENS)
 METHODS = [
     sam_method("sam_own", "SAM own context, first occurrence", group_aware=False, **FIRST),
     sam_method("sam_group", "SAM group-aware, first occurrence", group_aware=True, **FIRST),
     sam_method("sam_group_history", "SAM group + history, first occurrence", **GROUP_HISTORY, **FIRST),
-    sam_method("sam_group_history_frequent", "SAM group + history, frequent (default)", **GROUP_HISTORY),
+    sam_method("sam_group_history_frequent", "SAM group + history, frequent", **GROUP_HISTORY, **FREQUENT),
     sam_method(
         "sam_group_history_confidence",
         "SAM group + history, frequent, confidence 0.1",
         **GROUP_HISTORY,
+        **FREQUENT,
         length_policy="confidence",
         min_token_prob=0.1,
     ),
@@ -78,11 +80,12 @@ METHODS = [
 SMALL_GROUP_HISTORY = dict(group_aware=True, history_tokens=SMALL_HISTORY)
 REVISIT_METHODS = [
     sam_method("sam_first_64k", "SAM group + 64k history, first occurrence", **SMALL_GROUP_HISTORY, **FIRST),
-    sam_method("sam_frequent_64k", "SAM group + 64k history, frequent (default)", **SMALL_GROUP_HISTORY),
+    sam_method("sam_frequent_64k", "SAM group + 64k history, frequent", **SMALL_GROUP_HISTORY, **FREQUENT),
     sam_method(
         "sam_frequent_64k_store",
         "SAM group + 64k history + prompt store, frequent",
         **SMALL_GROUP_HISTORY,
+        **FREQUENT,
         prompt_store=True,
     ),
     METHODS[-1],  # Arctic suffix decoding (its global cache holds the earlier epoch here)

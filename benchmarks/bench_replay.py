@@ -25,10 +25,12 @@ from .traces import QWEN25MATH, load_trace_set
 HISTORY_TOKENS = 1 << 21  # 2M tokens: more than the traces hold, so nothing is evicted here
 SMALL_HISTORY = 1 << 16  # 64k tokens: less than one epoch of either trace set (the revisit proxy)
 MIN_PLOTTED_STEPS = 1000  # position bins with fewer decode steps are too noisy to plot
-DEFAULT = "SAM group + history, frequent (default)"
+COUNTED = ("frequent", "adaptive")  # the continuations that read occurrence counts
+DEFAULT_CONTINUATION = DraftConfig().continuation
+DEFAULT = f"SAM group + history, {DEFAULT_CONTINUATION} (default)"
 FIRST = "SAM group + history, first occurrence"
-STORE = "frequent, 64k history + prompt store (default + store)"
-NO_STORE = "frequent, 64k history"
+STORE = f"{DEFAULT_CONTINUATION}, 64k history + prompt store (default + store)"
+NO_STORE = f"{DEFAULT_CONTINUATION}, 64k history"
 DRIFT_RATES = (0.05, 0.2)
 SPEED_CONTEXTS = (1024, 8192, 32768)
 SPEED_REPEATS = 3
@@ -48,17 +50,24 @@ def sam_methods() -> list[SamDrafter]:
         SamDrafter(FIRST, DraftConfig(**gh, **first)),
         SamDrafter("SAM group + history, first, min match 2", DraftConfig(**gh, **first, min_match=2)),
         SamDrafter("SAM group + history, first, scaled length", DraftConfig(**gh, **first, length_policy="scaled")),
-        SamDrafter("SAM own context, frequent", DraftConfig(group_aware=False)),
-        SamDrafter("SAM group-aware, frequent", DraftConfig(group_aware=True)),
-        SamDrafter(DEFAULT, DraftConfig(**gh)),
-        SamDrafter("SAM group + history, frequent, min match 2", DraftConfig(**gh, min_match=2)),
-        SamDrafter("SAM group + history, frequent, scaled length", DraftConfig(**gh, length_policy="scaled")),
     ]
+    for c in COUNTED:
+        group_history = DEFAULT if c == DEFAULT_CONTINUATION else f"SAM group + history, {c}"
+        methods += [
+            SamDrafter(f"SAM own context, {c}", DraftConfig(group_aware=False, continuation=c)),
+            SamDrafter(f"SAM group-aware, {c}", DraftConfig(group_aware=True, continuation=c)),
+            SamDrafter(group_history, DraftConfig(**gh, continuation=c)),
+            SamDrafter(f"SAM group + history, {c}, min match 2", DraftConfig(**gh, continuation=c, min_match=2)),
+            SamDrafter(
+                f"SAM group + history, {c}, scaled length", DraftConfig(**gh, continuation=c, length_policy="scaled")
+            ),
+        ]
+    frequent = dict(continuation="frequent")  # the confidence length reads counts: frequent only
     for p in (0.05, 0.1, 0.2, 0.3):
-        config = DraftConfig(**gh, length_policy="confidence", min_token_prob=p)
+        config = DraftConfig(**gh, **frequent, length_policy="confidence", min_token_prob=p)
         methods.append(SamDrafter(f"SAM group + history, frequent, confidence {p:g}", config))
     for p in (0.03, 0.05, 0.1, 0.2, 0.3):  # the same, allowed to reach CONFIDENCE_REACH tokens where it is sure
-        config = DraftConfig(**gh, k=CONFIDENCE_REACH, length_policy="confidence", min_token_prob=p)
+        config = DraftConfig(**gh, **frequent, k=CONFIDENCE_REACH, length_policy="confidence", min_token_prob=p)
         name = f"SAM group + history, frequent, confidence {p:g}, up to {CONFIDENCE_REACH}"
         methods.append(SamDrafter(name, config, max_draft=CONFIDENCE_REACH))
     return methods
@@ -73,10 +82,14 @@ def revisit_methods(notes: list[str]) -> list:
         ),
         SamDrafter("first, 64k history", DraftConfig(**small, continuation="first")),
         SamDrafter("first, 64k history + prompt store", DraftConfig(**small, continuation="first", prompt_store=True)),
-        SamDrafter("frequent, no history", DraftConfig(group_aware=True)),
-        SamDrafter(NO_STORE, DraftConfig(**small)),
-        SamDrafter(STORE, DraftConfig(**small, prompt_store=True)),
     ]
+    for c in COUNTED:
+        with_store = STORE if c == DEFAULT_CONTINUATION else f"{c}, 64k history + prompt store"
+        methods += [
+            SamDrafter(f"{c}, no history", DraftConfig(group_aware=True, continuation=c)),
+            SamDrafter(f"{c}, 64k history", DraftConfig(**small, continuation=c)),
+            SamDrafter(with_store, DraftConfig(**small, continuation=c, prompt_store=True)),
+        ]
     if arctic_available():
         methods.append(ArcticSuffixDrafter())
     else:
@@ -139,10 +152,7 @@ def run_speed(groups, notes: list[str]) -> dict:
     """Drafter cost per request-step, the first-occurrence and the default policy side by side (own
     context, as speed.sam_step_us); every configuration SPEED_REPEATS times, interleaved, median."""
     corpus = np.concatenate([r for g in groups for r in g.responses])
-    policies = {
-        "first": DraftConfig(group_aware=False, continuation="first"),
-        "frequent": DraftConfig(group_aware=False),
-    }
+    policies = {c: DraftConfig(group_aware=False, continuation=c) for c in ("first", *COUNTED)}
     out: dict = {"contexts": {}, "build": {}, "repeats": SPEED_REPEATS}
     for context in SPEED_CONTEXTS:
         runs: dict[str, list[float]] = {}
@@ -213,9 +223,9 @@ def target_checks(acceptance: dict, revisits: dict, speed_results: dict) -> dict
     checks["revisit proxy: prompt store no worse than without"] = store >= no_store
     if speed_results["contexts"]:
         checks["default drafter <= 1.5 us per request-step at 32k, batch 64"] = (
-            speed_results["contexts"]["32768"]["sam_frequent_batch64_us"] <= 1.5
+            speed_results["contexts"]["32768"][f"sam_{DEFAULT_CONTINUATION}_batch64_us"] <= 1.5
         )
-        checks["<= 64 bytes/token"] = speed_results["build"]["frequent"]["bytes_per_token"] <= 64
+        checks["<= 64 bytes/token"] = speed_results["build"][DEFAULT_CONTINUATION]["bytes_per_token"] <= 64
     return checks
 
 

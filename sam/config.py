@@ -48,11 +48,11 @@ class DraftConfig:
     k: int = 3
     min_match: int = 1
     length_policy: str = "fixed"
-    continuation: str = "frequent"
+    continuation: str = "adaptive"
     min_token_prob: float = 0.1
     count_prior: float = 4.0
     recency_weight: float = 1.5
-    long_match: int = 8
+    long_match: int = 16
     group_aware: bool = True
     history_tokens: int = 0
     prompt_store: bool = False

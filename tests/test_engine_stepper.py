@@ -216,7 +216,7 @@ def test_settings_defaults_and_null_threshold():
     with pytest.raises(ValueError, match="num_speculative_tokens"):
         SamSettings.from_mapping(0, {})
     draft = s.draft_config()
-    assert (draft.continuation, draft.prompt_store) == ("frequent", False)  # the store is opt-in
+    assert (draft.continuation, draft.prompt_store) == ("adaptive", False)  # the store is opt-in
     stored = SamSettings.from_mapping(3, {"prompt_store": True, "prompt_store_bytes": 1 << 20}).draft_config()
     assert (stored.prompt_store, stored.prompt_store_bytes) == (True, 1 << 20)
 
