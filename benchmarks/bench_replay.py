@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from sam import DraftConfig
+from sam.config import COUNTED_CONTINUATIONS as COUNTED
 
 from . import speed
 from .drafters import ArcticSuffixDrafter, SamDrafter, VllmNgramDrafter, arctic_available, vllm_available
@@ -25,7 +26,6 @@ from .traces import QWEN25MATH, load_trace_set
 HISTORY_TOKENS = 1 << 21  # 2M tokens: more than the traces hold, so nothing is evicted here
 SMALL_HISTORY = 1 << 16  # 64k tokens: less than one epoch of either trace set (the revisit proxy)
 MIN_PLOTTED_STEPS = 1000  # position bins with fewer decode steps are too noisy to plot
-COUNTED = ("frequent", "adaptive")  # the continuations that read occurrence counts
 DEFAULT_CONTINUATION = DraftConfig().continuation
 DEFAULT = f"SAM group + history, {DEFAULT_CONTINUATION} (default)"
 FIRST = "SAM group + history, first occurrence"

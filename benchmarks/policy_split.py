@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from sam import DraftConfig
+from sam.config import COUNTED_CONTINUATIONS as COUNTED
 
 from .drafters import ArcticSuffixDrafter, SamDrafter
 from .replay import replay
@@ -25,7 +26,6 @@ from .traces import QWEN25MATH, load_trace_set
 
 HISTORY_TOKENS = 1 << 21  # as in bench_replay: more than the traces hold
 TARGET_MARGIN = 0.03  # the target: group + history >= Arctic + 0.03
-COUNTED = ("frequent", "adaptive")  # the continuations that read occurrence counts
 LONG_MATCHES = (4, 8, 16)
 COUNT_PRIORS = (1.0, 2.0, 4.0)
 RECENCY_WEIGHTS = (1.0, 1.5, 2.0)

@@ -1061,10 +1061,16 @@ def _propose_one(table, meta, cursor, history, r, k, policy, work, scratch, out_
     return _frequent_draft(table, cursor, history, r, k, policy, work, scratch, out_row)
 
 
+@njit(cache=True, inline="always")
+def _first_count(match, n, k, policy):
+    """Tokens drafted from a first occurrence with n tokens after it."""
+    return min(draft_length(match, k, int(policy[P_MIN_MATCH]), policy[P_SCALED] > 0), n)
+
+
 @njit(cache=True)
 def _copy_first(table, work, k, policy, match, src, pos, n, out_row):
     """The first occurrence's continuation of a match in source src."""
-    count = min(draft_length(match, k, int(policy[P_MIN_MATCH]), policy[P_SCALED] > 0), n)
+    count = _first_count(match, n, k, policy)
     if count <= 0:
         return 0, match, SOURCE_NONE
     copy_continuation(view(table, work[W_AUTO + src], T_LOG), pos, count, out_row)
@@ -1078,7 +1084,7 @@ def _adaptive(table, meta, cursor, history, r, k, policy, work, scratch, out_row
     occurrence is sent while the group's wins for it lead the frequent one's by FIRST_LEAD_PERCENT.
     Math traces (near-deterministic text) favour the first occurrence, T=1.0 text the counts."""
     first_token = -1
-    if match > 0 and min(draft_length(match, k, int(policy[P_MIN_MATCH]), policy[P_SCALED] > 0), n) > 0:
+    if match > 0 and _first_count(match, n, k, policy) > 0:
         log = view(table, work[W_AUTO + src], T_LOG)
         first_token = log[follower(log, pos)]
     count, f_match, f_src = _frequent_draft(table, cursor, history, r, k, policy, work, scratch, out_row)

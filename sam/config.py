@@ -8,6 +8,7 @@ from ._core import MAX_LONG_MATCH
 
 LENGTH_POLICIES = ("fixed", "scaled", "confidence")
 CONTINUATIONS = ("first", "frequent", "adaptive")
+COUNTED_CONTINUATIONS = ("frequent", "adaptive")  # those that keep occurrence counts
 
 
 @dataclass(frozen=True)

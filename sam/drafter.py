@@ -18,7 +18,7 @@ from typing import NamedTuple
 import numpy as np
 
 from . import _core as core
-from .config import DraftConfig
+from .config import COUNTED_CONTINUATIONS, DraftConfig
 from .prompt_store import PromptStore
 
 _INT32_MAX = np.iinfo(np.int32).max
@@ -46,7 +46,7 @@ def policy_array(config: DraftConfig) -> np.ndarray:
     policy = np.zeros(core.POLICY_WIDTH, dtype=np.float64)
     policy[core.P_MIN_MATCH] = config.min_match
     policy[core.P_SCALED] = config.length_policy == "scaled"
-    policy[core.P_FREQUENT] = config.continuation in ("frequent", "adaptive")
+    policy[core.P_FREQUENT] = config.continuation in COUNTED_CONTINUATIONS
     policy[core.P_ADAPTIVE] = config.continuation == "adaptive"
     policy[core.P_MIN_PROB] = config.min_token_prob if config.length_policy == "confidence" else 0.0
     policy[core.P_PRIOR] = config.count_prior
