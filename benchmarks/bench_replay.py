@@ -149,18 +149,22 @@ def run_revisits(groups, k: int, notes: list[str]) -> dict:
 
 
 def run_speed(groups, notes: list[str]) -> dict:
-    """Drafter cost per request-step, the first-occurrence and the default policy side by side (own
-    context, as speed.sam_step_us); every configuration SPEED_REPEATS times, interleaved, median."""
+    """Drafter cost per request-step, the first-occurrence and the counted policies side by side in
+    every step (own context, speed.sam_step_us); SPEED_REPEATS windows, median. `..._vs_first` is
+    the median per-step ratio to the first occurrence: unlike the microseconds, it carries over
+    between machines."""
     corpus = np.concatenate([r for g in groups for r in g.responses])
     policies = {c: DraftConfig(group_aware=False, continuation=c) for c in ("first", *COUNTED)}
     out: dict = {"contexts": {}, "build": {}, "repeats": SPEED_REPEATS}
     for context in SPEED_CONTEXTS:
         runs: dict[str, list[float]] = {}
         for repeat in range(SPEED_REPEATS):
-            for name, config in policies.items():
-                for batch in (64, 8, 1):
-                    us = speed.sam_step_us(corpus, context, batch=batch, seed=repeat, config=config)
-                    runs.setdefault(f"sam_{name}_batch{batch}_us", []).append(us)
+            for batch in (64, 8, 1):
+                timed = speed.sam_step_us(corpus, context, batch=batch, configs=policies, seed=repeat)
+                for name, t in timed.items():
+                    runs.setdefault(f"sam_{name}_batch{batch}_us", []).append(t["us"])
+                    if batch == 64 and name != "first":
+                        runs.setdefault(f"sam_{name}_batch64_vs_first", []).append(t["ratio"])
         row = {key: float(np.median(v)) for key, v in runs.items()}
         if vllm_available():
             row["vllm_ngram_5_5_us"] = speed.vllm_ngram_step_us(corpus, context)
@@ -199,7 +203,10 @@ def print_tables(acceptance: dict, revisits: dict, speed_results: dict) -> None:
         )
     if not speed_results["contexts"]:
         return
-    print(f"\nDrafting cost per request-step (append 1-4 tokens, propose 3), median of {SPEED_REPEATS} runs, us")
+    print(
+        f"\nDrafting cost per request-step (append 1-4 tokens, propose 3), median of {SPEED_REPEATS} windows: us, "
+        "and (_vs_first) the ratio to the first occurrence in the same steps"
+    )
     rows = speed_results["contexts"]
     keys = list(next(iter(rows.values())).keys())
     print(f"{'context':<9}" + "".join(f"{k:>24}" for k in keys))

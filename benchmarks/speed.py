@@ -22,32 +22,44 @@ def sam_step_us(
     corpus: np.ndarray,
     context: int,
     batch: int,
+    configs: dict[str, DraftConfig],
     steps: int = 200,
     k: int = 3,
     seed: int = 0,
-    config: DraftConfig | None = None,
-) -> float:
-    """Median microseconds per request for one engine step through the public API: `step` reads
-    each request's new tokens from a token table (as vLLM's token_ids_cpu) and proposes. Requests
-    draft from their own context (config: the default policy, own context)."""
+) -> dict[str, dict[str, float]]:
+    """Microseconds per request for one engine step through the public API, each configuration's
+    drafter side by side on the same windows: `step` reads each request's new tokens from a token
+    table (as vLLM's token_ids_cpu) and proposes. The drafters take turns within every step (in
+    alternating order), so a shared machine's changing speed weighs on all alike. Requests draft
+    from their own context.
+
+    Returns, per configuration, the median us per request-step and the median of its per-step ratio
+    to the first configuration's."""
     rng = np.random.default_rng(seed)
     starts = _windows(corpus, context, batch, rng)
     width = context + 4 * (steps + 10)
     rows = np.stack([corpus[off : off + width] for off in starts])
-    drafter = BatchDrafter(config or DraftConfig(k=k, group_aware=False))
+    drafters = {name: BatchDrafter(config) for name, config in configs.items()}
     ids = list(range(batch))
-    for b in range(batch):
-        drafter.start(b, rows[b, :context])
+    for drafter in drafters.values():
+        for b in range(batch):
+            drafter.start(b, rows[b, :context])
     lengths = np.full(batch, context)
-    per_request = []
+    per_request: dict[str, list[float]] = {name: [] for name in drafters}
+    names = list(drafters)
     for step in range(steps + 10):
         lengths += rng.integers(1, 5, size=batch)
-        t0 = time.perf_counter()
-        drafter.step(ids, rows, lengths, k)
-        elapsed = time.perf_counter() - t0
-        if step >= 10:  # warm-up steps touch cold caches
-            per_request.append(elapsed / batch * 1e6)
-    return float(np.median(per_request))
+        for name in names if step % 2 == 0 else names[::-1]:
+            t0 = time.perf_counter()
+            drafters[name].step(ids, rows, lengths, k)
+            elapsed = time.perf_counter() - t0
+            if step >= 10:  # warm-up steps touch cold caches
+                per_request[name].append(elapsed / batch * 1e6)
+    base = np.asarray(per_request[names[0]])
+    return {
+        name: {"us": float(np.median(us)), "ratio": float(np.median(np.asarray(us) / base))}
+        for name, us in per_request.items()
+    }
 
 
 def sam_build(
