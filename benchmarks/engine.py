@@ -331,10 +331,12 @@ def _sam_metrics(llm) -> dict | None:
     return m
 
 
-def _sam_delta(after: dict | None, before: dict | None) -> dict | None:
-    if after is None:
+def _sam_summary(delta: dict | None, after: dict | None) -> dict | None:
+    """The proposer's counters over a part (``delta``, summed over its rounds) and the rates derived
+    from them; ``after`` is the last reading (its gauges)."""
+    if delta is None or after is None:
         return None
-    d = counters_delta(after, before)
+    d = dict(delta)
     d["frac_steps_on"] = d["steps_on"] / d["steps"] if d["steps"] else 0.0
     d["drafter_ms_per_call"] = 1e3 * d["drafter_seconds"] / d["calls"] if d["calls"] else 0.0
     measured = d["num_measured_drafts"]
@@ -342,6 +344,20 @@ def _sam_delta(after: dict | None, before: dict | None) -> dict | None:
     d["live_requests"] = after.get("live_requests")
     d["drafter_nbytes"] = after.get("drafter_nbytes")
     return d
+
+
+def _sum_counters(readings: list[dict]) -> dict:
+    """Key-wise sums of counter deltas (lists element-wise)."""
+    total: dict = {}
+    for reading in readings:
+        for key, value in reading.items():
+            if key not in total:
+                total[key] = list(value) if isinstance(value, list) else value
+            elif isinstance(value, list):
+                total[key] = [x + y for x, y in zip(total[key], value)]
+            else:
+                total[key] += value
+    return total
 
 
 # --------------------------------------------------------------------------------------------
@@ -365,8 +381,16 @@ def engine_cpu_seconds() -> float:
 
 
 def _part(llm, inputs, sp, label: str, progress: bool = False) -> tuple[dict, list[list[int]]]:
-    """Generate one part; sp is one SamplingParams or one per input. Every part starts with an empty
-    prefix cache, as on a fresh engine: a later part would otherwise skip its prompts' prefill."""
+    """Generate one part and describe it (see measure_part, describe_part)."""
+    measured, toks = measure_part(llm, inputs, sp, progress)
+    return describe_part(label, [measured]), toks
+
+
+def measure_part(llm, inputs, sp, progress: bool = False) -> tuple[dict, list[list[int]]]:
+    """Generate one part; sp is one SamplingParams or one per input. Returns what describe_part needs
+    (counter deltas, not rates: rounds of one part add up) and the output tokens. Every part starts
+    with an empty prefix cache, as on a fresh engine: a later part would otherwise skip its prompts'
+    prefill."""
     llm.reset_prefix_cache()
     llm.collective_rpc(_probe_end_part)  # the time since an earlier generate is not this part's
     c0, p0, s0 = spec_decode_counters(llm), llm.collective_rpc(_probe_read)[0], _sam_metrics(llm)
@@ -380,20 +404,43 @@ def _part(llm, inputs, sp, label: str, progress: bool = False) -> tuple[dict, li
     load1 = os.getloadavg()[0]
     c1, p1, s1 = spec_decode_counters(llm), llm.collective_rpc(_probe_read)[0], _sam_metrics(llm)
     toks = [list(c.token_ids) for o in outs for c in o.outputs]
-    ntok = sum(map(len, toks))
     limits = [x.max_tokens for x in sp for _ in range(x.n)] if isinstance(sp, list) else [sp.max_tokens] * len(toks)
-    c, p, s = counter_delta(c1, c0), counter_delta(p1, p0), _sam_delta(s1, s0)
+    measured = {
+        "requests": len(toks),
+        "wall_s": wall,
+        "output_tokens": sum(map(len, toks)),
+        "hit_max_tokens": sum(len(t) >= m for t, m in zip(toks, limits)),
+        "engine_cpu_s": cpu,
+        "loadavg_1m_before_after": [round(load0, 2), round(load1, 2)],
+        "probe": counter_delta(p1, p0),
+        "vllm_counters": counter_delta(c1, c0),
+        "sam": None if s1 is None else counters_delta(s1, s0),
+        "sam_after": s1,
+    }
+    return measured, toks
+
+
+def describe_part(label: str, rounds: list[dict]) -> dict:
+    """One part's figures from its measured rounds (measure_part): counts summed over the rounds, then
+    the rates. A part run in two rounds (the demo's off, on, on, off) shows its total."""
+    wall = sum(r["wall_s"] for r in rounds)
+    ntok = sum(r["output_tokens"] for r in rounds)
+    requests = sum(r["requests"] for r in rounds)
+    p = _sum_counters([r["probe"] for r in rounds])
+    c = _sum_counters([r["vllm_counters"] for r in rounds])
+    sam_rounds = [r["sam"] for r in rounds if r["sam"] is not None]
+    s = _sam_summary(_sum_counters(sam_rounds), rounds[-1]["sam_after"]) if sam_rounds else None
     steps = p.get("steps", 0)
     step_ms = 1e3 * wall / steps if steps else None
     dr_s = p.get("drafter_seconds", 0.0)
     res: dict[str, Any] = {
         "part": label,
-        "requests": len(toks),
+        "requests": requests,
         "wall_s": round(wall, 3),
         "output_tokens": ntok,
         "tok_per_s": round(ntok / wall, 2),
-        "mean_output_len": round(ntok / max(len(toks), 1), 1),
-        "frac_hit_max_tokens": round(sum(len(t) >= m for t, m in zip(toks, limits)) / max(len(toks), 1), 3),
+        "mean_output_len": round(ntok / max(requests, 1), 1),
+        "frac_hit_max_tokens": round(sum(r["hit_max_tokens"] for r in rounds) / max(requests, 1), 3),
         "engine_steps": steps,
         "step_ms": round(step_ms, 3) if step_ms else None,
         "tokens_per_step": round(ntok / steps, 3) if steps else None,
@@ -404,11 +451,15 @@ def _part(llm, inputs, sp, label: str, progress: bool = False) -> tuple[dict, li
         "frac_drafter_calls_with_drafts": (
             round(p["drafter_calls_with_drafts"] / p["drafter_calls"], 4) if p.get("drafter_calls") else None
         ),
-        "engine_cpu_s": round(cpu, 2),
+        "engine_cpu_s": round(sum(r["engine_cpu_s"] for r in rounds), 2),
         "tail_s": round(p.get("tail_seconds", 0.0), 3),
         "tail_steps": p.get("tail_steps", 0),
-        "loadavg_1m_before_after": [round(load0, 2), round(load1, 2)],
+        "loadavg_1m_before_after": [r["loadavg_1m_before_after"] for r in rounds]
+        if len(rounds) > 1
+        else rounds[0]["loadavg_1m_before_after"],
     }
+    if len(rounds) > 1:
+        res["rounds_wall_s"] = [round(r["wall_s"], 3) for r in rounds]
     if c:
         res["vllm_counters"] = c
         nd = c.get("num_drafts", 0)
@@ -418,8 +469,8 @@ def _part(llm, inputs, sp, label: str, progress: bool = False) -> tuple[dict, li
     if s is not None:
         res["sam"] = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in s.items()}
         res["frac_steps_on"] = round(s["frac_steps_on"], 4)
-        res["switch"] = s1.get("switch")  # cumulative: warm-up and earlier parts included
-    return res, toks
+        res["switch"] = rounds[-1]["sam_after"].get("switch")  # cumulative: warm-up and earlier parts included
+    return res
 
 
 def sampled_requests(wl: Workload, prompts: list[dict]):
@@ -444,15 +495,17 @@ def run_setting(
     spec: dict | None = None,
     extra: dict | None = None,
     progress: bool = False,
+    warm: bool = True,
 ) -> tuple[dict, dict[str, list[list[int]]]]:
-    """Build an engine for one setting, run warm-up + sampled + greedy; return (results, tokens)."""
+    """Build an engine for one setting, run warm-up (unless not ``warm``) + sampled + greedy; return
+    (results, tokens)."""
     if spec is None and extra is None and name in SETTINGS:
         spec, extra, desc = SETTINGS[name]
     else:
         desc = name
     res: dict[str, Any] = {"setting": name, "description": desc, "speculative_config": spec, "additional_config": extra}
     tokens: dict[str, list[list[int]]] = {}
-    with open_engine(model_dir, wl, engine_kw, spec, extra, res) as llm:
+    with open_engine(model_dir, wl, engine_kw, spec, extra, res, warm=warm) as llm:
         if wl.prompts > 0:
             res["sampled"], tokens["sampled"] = run_sampled(llm, wl, progress)
         if wl.greedy_prompts > 0:
@@ -460,7 +513,15 @@ def run_setting(
     return res, tokens
 
 
-PAUSED_AB_ORDER = (("sampled", "off"), ("sampled", "on"), ("greedy", "on"), ("greedy", "off"))
+# sampled: off, on, on, off, so that a steady drift of the machine's speed weighs on both arms alike
+PAUSED_AB_ORDER = (
+    ("sampled", "off"),
+    ("sampled", "on"),
+    ("sampled", "on"),
+    ("sampled", "off"),
+    ("greedy", "on"),
+    ("greedy", "off"),
+)
 
 
 def run_paused_ab(
@@ -473,27 +534,36 @@ def run_paused_ab(
     order: tuple[tuple[str, str], ...] = PAUSED_AB_ORDER,
 ) -> tuple[dict, dict[str, dict[str, list[list[int]]]]]:
     """Both arms in one SAM engine: each part runs with SAM paused (``sam_spec_pause``: no drafts, the
-    switch learns nothing; "SAM off") and on, in the order off, on (sampled) then on, off (greedy). Fresh
-    engines of one setting differ in speed by up to ~12% on a 2-core machine (benchmarks/RESULTS.md);
-    within one engine both arms share that.
+    switch learns nothing; "SAM off") and on, in ``order``; a (part, arm) listed twice runs in two rounds
+    and is reported as their total. Fresh engines of one setting differ in speed by up to ~12% on a
+    2-core machine (benchmarks/RESULTS.md); within one engine both arms share that.
 
-    Returns ({"off": parts, "on": parts, "engine": ...}, {"off": tokens, "on": tokens})."""
+    Returns ({"off": parts, "on": parts, "engine": ...}, {"off": tokens, "on": tokens}); the tokens are
+    each part's first round's."""
     res: dict[str, Any] = {"off": {}, "on": {}}
     tokens: dict[str, dict[str, list[list[int]]]] = {"off": {}, "on": {}}
+    rounds: dict[tuple[str, str], list[dict]] = {}
     with open_engine(model_dir, wl, engine_kw, spec, extra, res) as llm:
         if not all(llm.collective_rpc("sam_spec_pause", args=(False,))):
             raise RuntimeError("run_paused_ab: the engine has no SAM proposer to pause")
         for part, arm in order:
             llm.collective_rpc("sam_spec_pause", args=(arm == "off",))
-            run = run_sampled if part == "sampled" else run_greedy
-            res[arm][part], tokens[arm][part] = run(llm, wl, progress)
+            inputs, sp = sampled_requests(wl, _prompts(wl)) if part == "sampled" else greedy_requests(wl)
+            measured, toks = measure_part(llm, inputs, sp, progress)
+            rounds.setdefault((part, arm), []).append(measured)
+            tokens[arm].setdefault(part, toks)
+    for (part, arm), measured in rounds.items():
+        res[arm][part] = describe_part(part, measured)
     return res, tokens
 
 
 @contextmanager
-def open_engine(model_dir: str, wl: Workload, engine_kw: dict, spec: dict | None, extra: dict | None, info: dict):
-    """An offline engine with the probes installed and warmed up at every batch size of ``wl``; its facts
-    go into ``info``."""
+def open_engine(
+    model_dir: str, wl: Workload, engine_kw: dict, spec: dict | None, extra: dict | None, info: dict, warm: bool = True
+):
+    """An offline engine with the probes installed and, with ``warm``, warmed up at every batch size of
+    ``wl`` (an engine whose speed is not compared, such as a greedy reference, can skip it); its facts go
+    into ``info``."""
     from vllm import LLM, SamplingParams
 
     kw = dict(engine_kw)
@@ -514,12 +584,13 @@ def open_engine(model_dir: str, wl: Workload, engine_kw: dict, spec: dict | None
         }
         llm.collective_rpc(_probe_install)
         info["engine"]["drafter_class"] = llm.collective_rpc(_drafter_name)[0]
-        t0 = time.perf_counter()
-        warm_every_batch_size(llm, wl.prompt_token_ids, max(wl.prompts * wl.n, wl.greedy_prompts, 2))
-        # then a short one with SAM drafting: numba compiles of drafting and the switch land here
-        prompts = [{"prompt_token_ids": p} for p in wl.prompt_token_ids[:2]]
-        llm.generate(prompts, SamplingParams(temperature=1.0, max_tokens=32, ignore_eos=True), use_tqdm=False)
-        info["warmup_s"] = round(time.perf_counter() - t0, 2)
+        if warm:
+            t0 = time.perf_counter()
+            warm_every_batch_size(llm, wl.prompt_token_ids, max(wl.prompts * wl.n, wl.greedy_prompts, 2))
+            # then a short one with SAM drafting: numba compiles of drafting and the switch land here
+            prompts = _prompts(wl)[:2]
+            llm.generate(prompts, SamplingParams(temperature=1.0, max_tokens=32, ignore_eos=True), use_tqdm=False)
+            info["warmup_s"] = round(time.perf_counter() - t0, 2)
         yield llm
     finally:
         shutdown(llm)
@@ -541,17 +612,26 @@ def warm_every_batch_size(llm, prompts: list[list[int]], batch: int) -> None:
             llm.collective_rpc(_pause_sam, args=(False,))
 
 
+def _prompts(wl: Workload) -> list[dict]:
+    return [{"prompt_token_ids": p} for p in wl.prompt_token_ids]
+
+
+def greedy_requests(wl: Workload):
+    """(inputs, params) of the greedy part."""
+    from vllm import SamplingParams
+
+    sp = SamplingParams(temperature=0.0, max_tokens=wl.greedy_max_tokens or wl.max_tokens, ignore_eos=wl.ignore_eos)
+    return _prompts(wl)[: wl.greedy_prompts], sp
+
+
 def run_sampled(llm, wl: Workload, progress: bool = False) -> tuple[dict, list[list[int]]]:
-    inputs, sp = sampled_requests(wl, [{"prompt_token_ids": p} for p in wl.prompt_token_ids])
+    inputs, sp = sampled_requests(wl, _prompts(wl))
     return _part(llm, inputs, sp, "sampled", progress)
 
 
 def run_greedy(llm, wl: Workload, progress: bool = False) -> tuple[dict, list[list[int]]]:
-    from vllm import SamplingParams
-
-    sp = SamplingParams(temperature=0.0, max_tokens=wl.greedy_max_tokens or wl.max_tokens, ignore_eos=wl.ignore_eos)
-    prompts = [{"prompt_token_ids": p} for p in wl.prompt_token_ids[: wl.greedy_prompts]]
-    return _part(llm, prompts, sp, "greedy", progress)
+    inputs, sp = greedy_requests(wl)
+    return _part(llm, inputs, sp, "greedy", progress)
 
 
 def compare_greedy(ref: list[list[int]], got: list[list[int]]) -> dict:

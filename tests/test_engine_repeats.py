@@ -38,3 +38,52 @@ def test_the_warm_up_pause_answers_false_on_an_engine_without_sam():
     from benchmarks.engine import _pause_sam
 
     assert _pause_sam(SimpleNamespace(model_runner=SimpleNamespace(drafter=None)), True) is False
+
+
+def measured_round(wall, tokens, steps, steps_on, drafts, accepted):
+    """What measure_part returns for one round (counter deltas, no rates)."""
+    return {
+        "requests": 4,
+        "wall_s": wall,
+        "output_tokens": tokens,
+        "hit_max_tokens": 4,
+        "engine_cpu_s": 2 * wall,
+        "loadavg_1m_before_after": [1.0, 1.5],
+        "probe": {
+            "steps": steps,
+            "drafter_calls": steps,
+            "drafter_calls_with_drafts": steps_on,
+            "drafter_seconds": 0.01,
+            "tail_seconds": wall / 2,
+            "tail_steps": steps // 2,
+        },
+        "vllm_counters": {
+            "num_drafts": drafts,
+            "num_draft_tokens": 3 * drafts,
+            "num_accepted_tokens": accepted,
+            "num_accepted_tokens_per_pos": [accepted, 0, 0],
+        },
+        "sam": {
+            "steps": steps,
+            "steps_on": steps_on,
+            "calls": steps,
+            "drafter_seconds": 0.01,
+            "num_measured_drafts": drafts,
+            "num_accepted_tokens": accepted,
+        },
+        "sam_after": {"live_requests": 0, "drafter_nbytes": 100, "switch": {"round": wall}},
+    }
+
+
+def test_a_part_in_two_rounds_reports_their_total():
+    from benchmarks.engine import describe_part
+
+    one, two = measured_round(10.0, 400, 100, 10, 10, 5), measured_round(30.0, 400, 300, 0, 0, 0)
+    part = describe_part("sampled", [one, two])
+    assert part["wall_s"] == 40.0 and part["output_tokens"] == 800 and part["requests"] == 8
+    assert part["tok_per_s"] == 20.0  # total tokens over total time, not the mean of 40 and 13.3
+    assert part["engine_steps"] == 400 and part["tail_s"] == 20.0 and part["tail_steps"] == 200
+    assert part["frac_steps_on"] == 0.025 and part["frac_drafter_calls_with_drafts"] == 0.025
+    assert part["mean_acceptance_length"] == 1.5 and part["vllm_counters"]["num_accepted_tokens_per_pos"] == [5, 0, 0]
+    assert part["rounds_wall_s"] == [10.0, 30.0] and part["switch"] == {"round": 30.0}  # the last reading
+    assert describe_part("sampled", [one])["tok_per_s"] == 40.0 and "rounds_wall_s" not in describe_part("s", [one])
