@@ -331,11 +331,9 @@ def _sam_metrics(llm) -> dict | None:
     return m
 
 
-def _sam_summary(delta: dict | None, after: dict | None) -> dict | None:
+def _sam_summary(delta: dict, after: dict) -> dict:
     """The proposer's counters over a part (``delta``, summed over its rounds) and the rates derived
     from them; ``after`` is the last reading (its gauges)."""
-    if delta is None or after is None:
-        return None
     d = dict(delta)
     d["frac_steps_on"] = d["steps_on"] / d["steps"] if d["steps"] else 0.0
     d["drafter_ms_per_call"] = 1e3 * d["drafter_seconds"] / d["calls"] if d["calls"] else 0.0
