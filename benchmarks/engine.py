@@ -471,12 +471,13 @@ def describe_part(label: str, rounds: list[dict]) -> dict:
     return res
 
 
-def sampled_requests(wl: Workload, prompts: list[dict]):
+def sampled_requests(wl: Workload):
     """(inputs, params) of the sampled part: one SamplingParams(n) for fixed lengths; with drawn lengths
     one request per sample (siblings share the prompt, as verl sends them), each with its own length."""
     from vllm import SamplingParams
 
     common = dict(temperature=wl.temperature, top_p=1.0, top_k=-1)
+    prompts = _prompts(wl)
     if wl.lengths == "fixed":
         return prompts[: wl.prompts], SamplingParams(
             n=wl.n, max_tokens=wl.max_tokens, ignore_eos=wl.ignore_eos, **common
@@ -546,7 +547,7 @@ def run_paused_ab(
             raise RuntimeError("run_paused_ab: the engine has no SAM proposer to pause")
         for part, arm in order:
             llm.collective_rpc("sam_spec_pause", args=(arm == "off",))
-            inputs, sp = sampled_requests(wl, _prompts(wl)) if part == "sampled" else greedy_requests(wl)
+            inputs, sp = sampled_requests(wl) if part == "sampled" else greedy_requests(wl)
             measured, toks = measure_part(llm, inputs, sp, progress)
             rounds.setdefault((part, arm), []).append(measured)
             tokens[arm].setdefault(part, toks)
@@ -623,7 +624,7 @@ def greedy_requests(wl: Workload):
 
 
 def run_sampled(llm, wl: Workload, progress: bool = False) -> tuple[dict, list[list[int]]]:
-    inputs, sp = sampled_requests(wl, _prompts(wl))
+    inputs, sp = sampled_requests(wl)
     return _part(llm, inputs, sp, "sampled", progress)
 
 

@@ -87,3 +87,14 @@ def test_a_part_in_two_rounds_reports_their_total():
     assert part["mean_acceptance_length"] == 1.5 and part["vllm_counters"]["num_accepted_tokens_per_pos"] == [5, 0, 0]
     assert part["rounds_wall_s"] == [10.0, 30.0] and part["switch"] == {"round": 30.0}  # the last reading
     assert describe_part("sampled", [one])["tok_per_s"] == 40.0 and "rounds_wall_s" not in describe_part("s", [one])
+
+
+def test_drawn_lengths_give_each_sibling_its_own_request_and_length():
+    from benchmarks.engine import Workload, sampled_requests
+
+    wl = Workload(prompts=2, n=3, max_tokens=64, greedy_prompts=1, lengths="lognormal", median_tokens=16, seed=0)
+    wl.prompt_token_ids = [[1, 2, 3], [4, 5]]
+    inputs, params = sampled_requests(wl)
+    assert [x["prompt_token_ids"] for x in inputs] == [[1, 2, 3]] * 3 + [[4, 5]] * 3
+    assert [p.max_tokens for p in params] == wl.sampled_lengths()  # the same draw in every arm and round
+    assert all(p.ignore_eos and p.n == 1 and p.temperature == wl.temperature for p in params)
