@@ -22,10 +22,14 @@ What is learnt, from the steps themselves (clean steps only: no request started,
   outside the estimate (a new batch in another regime, as greedy after sampled) replaces most of it.
 A bucket that has not learnt its own s yet takes two plain steps, then borrows the nearest bucket's s when
 the answer is clear (drafting pays at that cost, or would not pay at half of it); otherwise it measures
-itself with two full (k = K) steps. A bucket that drafts on a borrowed s learns its own from those
-steps, so a wrong neighbour (a noisy warm-up, another batch regime) cannot keep it drafting; one whose own
-s rests on few drafted steps takes more of them where the choice hinges on it (drafting would pay at
-half that s), so a few noisy steps cannot keep it from drafting for good. Every bucket tries
+itself with two drafted steps. A bucket that drafts on a borrowed s learns its own from those steps, so
+a wrong neighbour (a noisy warm-up, another batch regime) cannot keep it drafting; one whose own s rests
+on few drafted steps takes more of them where the choice hinges on it (drafting would pay at half that
+s), so a few noisy steps cannot keep it from drafting for good. These measuring steps draft the k that
+would pay at the lower cost in question (half the neighbour's or its own s; ``PROBE_SLOPE`` when nothing
+is known): at sampled acceptance that is one token, not K, so a measuring step costs about a third as
+much where drafts are dear (a CPU), which is what a batch that passes through a bucket in a few steps
+can afford. Every bucket tries
 the other choice once every ``EXPLORE_EVERY`` of its steps (plain while it drafts, K while it does not),
 so that it sees a drift in cost: under 1% of steps.
 
@@ -57,6 +61,7 @@ JUMP_Z = 3.5
 JUMP_KEEP = 0.25
 MIN_DRAFTS_PER_REQUEST = 0.25  # a drafted step below this says little about s
 OUTLIER = 1.5  # an observation above OUTLIER x the mean (a pause of the process) counts as that
+PROBE_SLOPE = 0.25  # a middling cost (CPU 0.1-0.6, GPU at small batch ~0): the k of a first measurement
 CONFIRM_WEIGHT = 6.0  # a bucket's s from fewer drafted steps is confirmed before it alone rules drafting out
 
 # cost[bucket, field]: exponentially weighted means and their weights
@@ -135,25 +140,27 @@ def best_k(cost, accept, bucket, max_k):
     """What a bucket would choose now, before any try of the other choice.
 
     With its own s: the best k at that cost; but while s rests on fewer than CONFIRM_WEIGHT drafted
-    steps and drafting would pay at half of it, full steps, which refine s (a few noisy steps must not
-    keep a bucket from drafting for good). Without: plain steps first; then the nearest bucket's s
-    decides when it is clear (drafting pays at the neighbour's cost, or would not pay even at half of
-    it), and a bucket that drafts on that learns its own s from those steps; otherwise, or with nothing
-    learnt anywhere, the bucket measures itself with full steps."""
+    steps and drafting would pay at half of it, drafted steps at the k that half would take, which
+    refine s (a few noisy steps must not keep a bucket from drafting for good). Without: plain steps
+    first; then the nearest bucket's s decides when it is clear (drafting pays at the neighbour's cost,
+    or would not pay even at half of it), and a bucket that drafts on that learns its own s from those
+    steps; otherwise the bucket measures itself at the k half the neighbour's s would take, or, with
+    nothing learnt anywhere, at the k PROBE_SLOPE would take (at least one token)."""
     s = slope(cost, bucket)
     if s >= 0.0:
         k = best_k_at(accept, s, max_k)
-        if k == 0 and cost[bucket, DRAFTED_W] < CONFIRM_WEIGHT and best_k_at(accept, 0.5 * s, max_k) > 0:
-            return max_k  # drafting would pay at half that cost: a few more drafted steps settle it
+        if k == 0 and cost[bucket, DRAFTED_W] < CONFIRM_WEIGHT:
+            return best_k_at(accept, 0.5 * s, max_k)  # > 0: drafting would pay at half that cost
         return k
     if cost[bucket, PLAIN_W] < MIN_WEIGHT:
         return 0  # plain steps first: cheap to take, and without them the bucket never learns its own s
     near = nearest_slope(cost, bucket)
     if near >= 0.0:
         k = best_k_at(accept, near, max_k)
-        if k > 0 or best_k_at(accept, 0.5 * near, max_k) == 0:
+        if k > 0:
             return k
-    return max_k
+        return best_k_at(accept, 0.5 * near, max_k)  # 0 when drafting would not pay even at half
+    return max(best_k_at(accept, PROBE_SLOPE, max_k), 1)
 
 
 @njit(cache=True)

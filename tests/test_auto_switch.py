@@ -73,12 +73,41 @@ def test_buckets_are_half_powers_of_two():
     assert sw.bucket_of(10**9) == sw.NUM_BUCKETS - 1
 
 
-def test_a_new_bucket_measures_plain_then_full_steps_then_decides():
+def test_a_new_bucket_measures_plain_then_drafted_steps_then_decides():
     switch = AutoSwitch(K)
     engine = Engine(slope=lambda b: 0.0, noise=0.0)
     ks, _, _ = run(switch, engine, [16] * 6)
-    assert ks.tolist()[:4] == [0, 0, K, K]  # two plain steps, two full ones
-    assert ks[4] == K  # free drafts that are accepted: draft
+    assert ks.tolist()[:2] == [0, 0]  # two plain steps
+    probe = sw.best_k_at(switch.accept, sw.PROBE_SLOPE, K)
+    assert 0 < probe < K and ks.tolist()[2:4] == [probe, probe]  # two drafted steps, at a middling cost's k
+    assert ks[4] == K  # free drafts that are accepted: draft in full
+
+
+@pytest.mark.parametrize("alpha, expected_probe", [(0.15, 1), (0.9, K)])
+def test_a_bucket_measures_with_the_k_a_middling_cost_would_take(alpha, expected_probe):
+    """Measuring steps cost what they draft: at sampled acceptance, one draft token a request (a full draft
+    costs about three times as much on a CPU, where each token is a sizeable share of the step)."""
+    switch = AutoSwitch(K)
+    engine = Engine(slope=lambda b: 0.5, alpha=alpha, f=0.9, noise=0.0)
+    ks, _, _ = run(switch, engine, [16] * 4)
+    assert ks.tolist() == [0, 0, expected_probe, expected_probe]
+
+
+def test_a_shrinking_batch_at_low_acceptance_costs_little_to_learn():
+    """The demo's sampled batch: 32 requests that finish at different lengths, a few steps in each bucket,
+    drafts that rarely pay (s 0.3-0.6 against first-position acceptance 0.3). Each bucket measures its own
+    cost; with full drafts that cost 9% on average over these seeds (up to 17%), with the k a middling
+    cost would take, 1% (up to 4.5%)."""
+    batches = np.repeat(np.arange(32, 0, -1), 4)
+    ratios = []
+    for seed in range(6):
+        engine = Engine(slope=lambda b: 0.25 + 0.01 * b, alpha=0.3, f=0.9, noise=0.1, seed=seed)
+        engine.plain_ms = lambda b: 60.0 + 7.0 * b
+        learnt = run(AutoSwitch(K), engine, batches)
+        engine.rng = np.random.default_rng(seed)
+        never = run(Never(), engine, batches)
+        ratios.append((learnt[1] / learnt[2]) / (never[1] / never[2]))
+    assert np.mean(ratios) > 0.97, ratios
 
 
 @pytest.mark.parametrize("slope, expected_k", [(0.0, K), (0.02, K), (2.0, 0)])
