@@ -463,11 +463,15 @@ def _simulate_replica(
     cost = np.zeros((auto_switch.NUM_BUCKETS, auto_switch.COST_FIELDS))
     accept = np.zeros((max_k + 1, auto_switch.ACCEPT_FIELDS))
     while nxt < n or running > 0:
+        started = 0
         while running < max_num_seqs and nxt < n:  # continuous batching: refill free slots
             pos[running] = 0.0
             length[running] = lengths[nxt]
             running += 1
             nxt += 1
+            started += 1
+        if mode == ONLINE and started:
+            auto_switch.observe_new_requests(accept, started)
         b = running
         ctx = prompt_len
         for r in range(b):

@@ -66,6 +66,7 @@ class SamStepper:
         self._asked: dict = {}  # the last step's drafted rows: req_id -> (num_tokens then, draft length)
         self._last_call = None  # perf_counter() at the start of the last call
         self._last_draft_tokens = 0
+        self._started_since_round = 0  # requests started since the last scoring round began
         self.paused = False  # speculation switched off at run time (pause)
         self._log = log or logging.getLogger(__name__)
         self._last_log = time.monotonic()
@@ -117,6 +118,7 @@ class SamStepper:
         self._observe_last_step(req_ids, sampled_token_ids, lengths)
         if self.scorer is not None:
             self.scorer.resolve(req_ids, token_ids_cpu, lengths)
+        self._started_since_round += started
         clean = started == 0 and len(decode_rows) == scheduled  # no prefill in the step
         if self._last_call is not None and clean and not self.paused:
             step_ms = 1e3 * (t0 - self._last_call)
@@ -138,6 +140,9 @@ class SamStepper:
             scoring = self.scorer is not None and self.scorer.round_due()
             if scoring:
                 self.scorer.start_round(self.switch)
+                if self._started_since_round:  # a new batch (the engine admits it over a few steps)
+                    self.switch.observe_new_requests(self._started_since_round)
+                    self._started_since_round = 0
             if kk > 0:
                 m.steps_on += 1
             if kk > 0 or scoring:

