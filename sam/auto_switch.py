@@ -216,7 +216,8 @@ def observe_cost(cost, batch, drafts_per_request, step_ms):
     """A clean step: its batch, the draft tokens it verified per request, its time. A drafted step is kept
     as its cost relative to the bucket's plain step now (skipped while that is unknown), so that drafts
     taken long ago are not compared with a plain step that has since grown."""
-    c = cost[bucket_of(batch)]
+    b = bucket_of(batch)
+    c = cost[b]
     known = c[PLAIN_W] >= MIN_WEIGHT
     d = drafts_per_request
     if d <= 0.0:  # a pause of the process during a step counts as OUTLIER x the mean
@@ -226,7 +227,7 @@ def observe_cost(cost, batch, drafts_per_request, step_ms):
         c[PLAIN_W] = w + 1.0
     elif d >= MIN_DRAFTS_PER_REQUEST and known:
         y = step_ms / c[PLAIN_MS] - 1.0
-        fixed, per_token = cost_line(cost, bucket_of(batch))
+        fixed, per_token = cost_line(cost, b)
         if fixed >= 0.0:
             y = min(y, OUTLIER * (1.0 + fixed + per_token * d) - 1.0)
         c[DRAFTED_W] = c[DRAFTED_W] * STEP_DECAY + 1.0
