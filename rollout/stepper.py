@@ -118,7 +118,7 @@ class SamStepper:
         self._observe_last_step(req_ids, sampled_token_ids, lengths)
         if self.scorer is not None:
             self.scorer.resolve(req_ids, token_ids_cpu, lengths)
-        self._started_since_round += started
+            self._started_since_round += started
         clean = started == 0 and len(decode_rows) == scheduled  # no prefill in the step
         if self._last_call is not None and clean and not self.paused:
             step_ms = 1e3 * (t0 - self._last_call)

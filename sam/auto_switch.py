@@ -218,7 +218,7 @@ def observe_cost(cost, batch, drafts_per_request, step_ms):
     taken long ago are not compared with a plain step that has since grown."""
     b = bucket_of(batch)
     c = cost[b]
-    known = c[PLAIN_W] >= MIN_WEIGHT
+    known = c[PLAIN_W] >= MIN_WEIGHT and c[PLAIN_MS] > 0.0  # (a clock too coarse to see a step: 0 ms)
     d = drafts_per_request
     if d <= 0.0:  # a pause of the process during a step counts as OUTLIER x the mean
         step_ms = min(step_ms, OUTLIER * c[PLAIN_MS]) if known else step_ms

@@ -12,6 +12,7 @@ import pytest
 from rollout.metrics import SamStepTracker
 from rollout.settings import SETTINGS_KEY, SamSettings
 from rollout.stepper import SamStepper, prompt_group_key
+from sam.auto_switch import JUMP_KEEP
 
 W = 64  # row width (max_model_len)
 
@@ -298,6 +299,32 @@ def test_auto_switch_starts_drafting_when_the_text_turns_predictable():
     assert drafted_run.any() and turned - noise_steps < 30, k_seen[noise_steps:]
     assert np.mean(k_seen[turned + 10 :] == 3) > 0.95  # the rest: a try of k = 0
     assert st.snapshot()["switch"]["acceptance_by_position"][0] > 0.9
+
+
+def test_a_new_batch_admitted_over_a_few_steps_replaces_most_of_the_acceptance_estimate():
+    """An engine admits a batch's requests over a few steps (LLM.generate hands them over one by one):
+    the requests started since the last scoring round count together, and at the next round the old
+    acceptance evidence keeps the weight of JUMP_KEEP x that many rows; one start a step does not."""
+
+    def run(starts_by_step):
+        clock = Clock()
+        st = SamStepper(settings(threshold=None, schedule="auto"), max_model_len=W, clock=clock)
+        st.switch.accept[1:] = [100.0, 100.0, 10.0]  # a long sampled history: 0.1 accepted
+        b = Batch(n_rows=16)
+        weights = []
+        for s, starts in enumerate(starts_by_step):
+            for r in range(starts):
+                b.add(f"r{s}.{r}", [1, 2, 3] + PERIOD * 2)
+            clock.now += 0.1
+            step(st, b, [[int(b.tok[i, b.len[i] - 1])] for i in range(len(b.req_ids))])
+            weights.append(float(st.switch.accept[1, 0]))
+        return weights
+
+    # scoring rounds begin at steps 0, 4, 8: eight requests admitted at steps 1-2 meet at the round of step 4
+    admitted = run([1, 4, 4, 0, 0, 0])
+    assert admitted[3] == 100.0 and admitted[4] <= JUMP_KEEP * 8 + 1e-9, admitted
+    trickle = run([1] * 9)  # one a step: four between two rounds
+    assert min(trickle) > 50.0, trickle
 
 
 def test_paused_steps_draft_nothing_and_teach_the_switch_nothing():
