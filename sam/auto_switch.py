@@ -182,10 +182,12 @@ def best_k(cost, accept, bucket, max_k):
     fixed, per_token = cost_line(cost, bucket)
     if fixed >= 0.0:
         k = best_k_at(accept, fixed, per_token, max_k)
+        if k > 0:
+            return k
         k_half = best_k_at(accept, 0.5 * fixed, 0.5 * per_token, max_k)
-        if k == 0 and k_half > 0 and not confirmed_for(cost, accept, bucket, k_half):
+        if k_half > 0 and not confirmed_for(cost, accept, bucket, k_half):
             return k_half  # drafting would pay at half that cost: a few steps at k_half settle it
-        return k
+        return 0
     if cost[bucket, PLAIN_W] < MIN_WEIGHT:
         return 0  # plain steps first: cheap to take, and without them the bucket never learns its own cost
     fixed, per_token = nearest_cost_line(cost, bucket)
