@@ -25,19 +25,23 @@ What is learnt, from the steps themselves (clean steps only: no request started,
   outside the estimate (a new batch in another regime, as greedy after sampled) replaces most of it, and
   so does a batch of new requests started since the last round (``observe_new_requests``): its first
   rounds then decide without waiting for a round that far off.
-A bucket that has not learnt its own s yet takes two plain steps, then borrows the nearest bucket's s when
-the answer is clear (drafting pays at that cost, or would not pay at half of it); otherwise it measures
-itself with two drafted steps. A bucket that drafts on a borrowed s learns its own from those steps, so
-a wrong neighbour (a noisy warm-up, another batch regime) cannot keep it drafting; one whose own s rests
-on few drafted steps takes more of them where the choice hinges on it (drafting would pay at half that
-s), so a few noisy steps cannot keep it from drafting for good, nor can steps with smaller drafts than
-the k in question (``EXTRAPOLATE``: a drafted step pays a fixed part as well, so a CPU's s learnt at one
-draft token a request is twice what three tokens cost each). These measuring steps draft the k that
-would pay at the lower cost in question (half the neighbour's or its own s; ``PROBE_SLOPE`` when nothing
-is known): at sampled acceptance that is one token, not K, so a measuring step costs about a third as
-much where drafts are dear (a CPU), which is what a batch that passes through a bucket in a few steps
-can afford. Every bucket tries the other choice once every ``EXPLORE_EVERY`` of its steps (plain while it
-drafts, K while it does not), so that it sees a drift in cost: under 1% of steps.
+A bucket that has not learnt its own s yet takes two plain steps, then borrows the nearest bucket's s
+when the answer is clear (drafting pays at that cost, or would not pay at half of it); otherwise it
+measures itself with two drafted steps. A smaller batch's cost is a lower bound (a draft token is a
+larger share of a larger batch's step), so on it a bucket drafts no more than ``PROBE_SLOPE``'s k until
+it has its own s (a warm-up's cheap batch-2 drafts would cost 4x a plain step at 64 requests on a CPU),
+and it does not measure where no k pays even at a confirmed lower bound. A bucket that drafts on a
+borrowed s learns its own from those steps, so a wrong neighbour (a noisy warm-up, another batch regime)
+cannot keep it drafting; one whose own s rests on few drafted steps takes more of them where the choice
+hinges on it (drafting would pay at half that s), so a few noisy steps cannot keep it from drafting for
+good, nor can steps with smaller drafts than the k in question (``EXTRAPOLATE``: a drafted step pays a
+fixed part as well, so a CPU's s learnt at one draft token a request is twice what three tokens cost
+each). These measuring steps draft the k that would pay at the lower cost in question (half the
+neighbour's or its own s; ``PROBE_SLOPE`` when nothing is known): at sampled acceptance that is one
+token, not K, so a measuring step costs about a third as much where drafts are dear (a CPU), which is
+what a batch that passes through a bucket in a few steps can afford. Every bucket tries the other choice
+once every ``EXPLORE_EVERY`` of its steps (plain while it drafts, K while it does not), so that it sees
+a drift in cost: under 1% of steps.
 
 All state is plain float64 arrays updated by compiled functions (the rollout simulator runs the same
 functions); :class:`AutoSwitch` holds them for an engine. vLLM uses the driver rank's drafts only
@@ -120,14 +124,15 @@ def cost_line(cost, bucket):
 
 @njit(cache=True)
 def nearest_cost_line(cost, bucket):
-    """The cost line of the nearest bucket that knows its own; (-1.0, -1.0) when none does."""
+    """(fixed, per_token, source bucket) of the nearest bucket that knows its own cost line, the larger
+    one on a tie; (-1.0, -1.0, -1) when none does."""
     for dist in range(1, NUM_BUCKETS):
-        for b in (bucket - dist, bucket + dist):
+        for b in (bucket + dist, bucket - dist):
             if 0 <= b < NUM_BUCKETS:
                 fixed, per_token = cost_line(cost, b)
                 if fixed >= 0.0:
-                    return fixed, per_token
-    return -1.0, -1.0
+                    return fixed, per_token, b
+    return -1.0, -1.0, -1
 
 
 @njit(cache=True)
@@ -178,7 +183,9 @@ def best_k(cost, accept, bucket, max_k):
     steps first; then the nearest bucket's line decides when it is clear (drafting pays at that cost, or
     would not pay even at half of it), and a bucket that drafts on that learns its own line from those
     steps; otherwise the bucket measures itself at the k half the neighbour's cost would take, or, with
-    nothing learnt anywhere, at the k that PROBE_SLOPE a token would take (at least one token)."""
+    nothing learnt anywhere, at the k that PROBE_SLOPE a token would take (at least one token). A smaller
+    bucket's line is a lower bound here: drafts on it are no larger than that probe's, and no k paying
+    at it, once confirmed, rules drafting out without half-cost measuring steps."""
     fixed, per_token = cost_line(cost, bucket)
     if fixed >= 0.0:
         k = best_k_at(accept, fixed, per_token, max_k)
@@ -190,13 +197,21 @@ def best_k(cost, accept, bucket, max_k):
         return 0
     if cost[bucket, PLAIN_W] < MIN_WEIGHT:
         return 0  # plain steps first: cheap to take, and without them the bucket never learns its own cost
-    fixed, per_token = nearest_cost_line(cost, bucket)
-    if fixed >= 0.0:
-        k = best_k_at(accept, fixed, per_token, max_k)
+    probe_k = max(best_k_at(accept, 0.0, PROBE_SLOPE, max_k), 1)
+    fixed, per_token, source = nearest_cost_line(cost, bucket)
+    if fixed < 0.0:
+        return probe_k
+    k = best_k_at(accept, fixed, per_token, max_k)
+    if source < bucket:  # a smaller batch's cost: a lower bound here, as a token is a larger share of a step
         if k > 0:
-            return k
-        return best_k_at(accept, 0.5 * fixed, 0.5 * per_token, max_k)  # 0 if drafting would not pay at half
-    return max(best_k_at(accept, 0.0, PROBE_SLOPE, max_k), 1)
+            return min(k, probe_k)  # it may cost far more here: measure with no more than a middling k
+        k_half = best_k_at(accept, 0.5 * fixed, 0.5 * per_token, max_k)
+        if k_half == 0 or confirmed_for(cost, accept, source, k_half):
+            return 0  # no k pays at a confirmed lower bound
+        return min(k_half, probe_k)
+    if k > 0:
+        return k  # pays at a larger batch's cost, an upper bound here
+    return best_k_at(accept, 0.5 * fixed, 0.5 * per_token, max_k)  # 0 if drafting would not pay at half
 
 
 @njit(cache=True)

@@ -340,3 +340,41 @@ def test_a_new_batch_of_requests_replaces_most_of_the_acceptance_estimate():
     switch.observe_new_requests(8)
     switch.observe_acceptance(8, drafted, np.array([0.0, 4.4, 3.0, 2.0]))
     assert switch.report()["acceptance_by_position"][0] > 0.45
+
+
+def test_a_smaller_batchs_cost_is_a_lower_bound():
+    """The engine benchmark's sampled batch of 64 after a warm-up that confirmed cheap drafts at batch 2:
+    that cost is a lower bound at 64 requests, so the first drafted steps there take the k a middling cost
+    would (one token at sampled acceptance), not full drafts that cost four plain steps on a CPU. And where
+    no k pays even at a confirmed smaller batch's cost, a larger bucket takes no measuring steps."""
+    sampled = np.array([0.0, 0.15, 0.03, 0.005])
+    hit = np.array([0.0] + [8.0] * K)
+
+    switch = AutoSwitch(K)
+    for _ in range(2):
+        switch.observe_cost(2, 0.0, 100.0)
+    for _ in range(8):
+        switch.observe_cost(2, 3.0, 100.0)  # free drafts (a noisy warm-up)
+    for _ in range(8):
+        switch.observe_acceptance(8, hit, 8.0 * sampled)
+    assert sw.best_k_at(switch.accept, 0.0, 0.0, K) == K
+    ks = [switch.choose_k(64) for _ in range(3)]  # no drafted step observed: each asks again
+    for _ in range(2):
+        switch.observe_cost(64, 0.0, 300.0)
+    assert sw.best_k_at(switch.accept, 0.0, sw.PROBE_SLOPE, K) == 0  # a middling cost: none pays
+    assert ks[:2] == [0, 0] and switch.choose_k(64) == 1  # the least a measuring step drafts
+
+    switch = AutoSwitch(K)
+    for _ in range(2):
+        switch.observe_cost(8, 0.0, 100.0)
+    for _ in range(8):  # confirmed at full drafts: 0.6 a token
+        switch.observe_cost(8, 3.0, 100.0 * (1 + 0.6 * 3.0))
+    for _ in range(8):  # greedy-like acceptance: pays at 0.3 a token, not at 0.6
+        switch.observe_acceptance(8, hit, 0.6 * hit)
+    assert sw.best_k_at(switch.accept, 0.0, 0.6, K) == 0 < sw.best_k_at(switch.accept, 0.0, 0.3, K)
+    for _ in range(2):
+        switch.observe_cost(16, 0.0, 150.0)
+    assert [switch.choose_k(16) for _ in range(20)] == [0] * 20
+    for _ in range(2):
+        switch.observe_cost(4, 0.0, 80.0)
+    assert switch.choose_k(4) > 0  # a larger batch's cost is an upper bound below it: half of it may pay
