@@ -155,12 +155,22 @@ def run_speed(groups, notes: list[str]) -> dict:
     between machines."""
     corpus = np.concatenate([r for g in groups for r in g.responses])
     policies = {c: DraftConfig(group_aware=False, continuation=c) for c in ("first", *COUNTED)}
+    small_pages = frozenset({"first_4k_pages", f"{DEFAULT_CONTINUATION}_4k_pages"})  # sam.pages off
+    for name in sorted(small_pages):
+        policies[name] = policies[name.removesuffix("_4k_pages")]
     out: dict = {"contexts": {}, "build": {}, "repeats": SPEED_REPEATS}
     for context in SPEED_CONTEXTS:
         runs: dict[str, list[float]] = {}
         for repeat in range(SPEED_REPEATS):
             for batch in (64, 8, 1):
-                timed = speed.sam_step_us(corpus, context, batch=batch, configs=policies, seed=repeat)
+                timed = speed.sam_step_us(
+                    corpus,
+                    context,
+                    batch=batch,
+                    configs=policies,
+                    seed=repeat,
+                    small_pages=small_pages,
+                )
                 for name, t in timed.items():
                     runs.setdefault(f"sam_{name}_batch{batch}_us", []).append(t["us"])
                     if batch == 64 and name != "first":
@@ -173,6 +183,8 @@ def run_speed(groups, notes: list[str]) -> dict:
         out["contexts"][str(context)] = row
         print(f"  context {context}: " + ", ".join(f"{k} {v:.2f}" for k, v in row.items()), flush=True)
     for name, config in policies.items():
+        if name.endswith("_4k_pages"):
+            continue  # the same build
         us, bytes_per_token = speed.sam_build(corpus, 32768, config=config)
         out["build"][name] = {"tokens": 32768, "us_per_token": us, "bytes_per_token": bytes_per_token}
     return out

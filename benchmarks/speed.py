@@ -7,11 +7,13 @@ the same windows, one request at a time, as their engines call them.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 
 import numpy as np
 
-from sam import BatchDrafter, DraftConfig
+from sam import BatchDrafter, DraftConfig, pages
 
 
 def _windows(corpus: np.ndarray, context: int, count: int, rng) -> list[int]:
@@ -26,12 +28,16 @@ def sam_step_us(
     steps: int = 200,
     k: int = 3,
     seed: int = 0,
+    small_pages: frozenset[str] = frozenset(),
 ) -> dict[str, dict[str, float]]:
     """Microseconds per request for one engine step through the public API, each configuration's
     drafter side by side on the same windows: `step` reads each request's new tokens from a token
     table (as vLLM's token_ids_cpu) and proposes. The drafters take turns within every step (in
     alternating order), so a shared machine's changing speed weighs on all alike. Requests draft
     from their own context.
+
+    The configurations named in `small_pages` keep their automata in 4 KiB pages (sam.pages switched
+    off while they start and step), so that the huge pages' gain is measured in the same steps.
 
     Returns, per configuration, the median us per request-step and the median of its per-step ratio
     to the first configuration's."""
@@ -41,18 +47,20 @@ def sam_step_us(
     rows = np.stack([corpus[off : off + width] for off in starts])
     drafters = {name: BatchDrafter(config) for name, config in configs.items()}
     ids = list(range(batch))
-    for drafter in drafters.values():
-        for b in range(batch):
-            drafter.start(b, rows[b, :context])
+    for name, drafter in drafters.items():
+        with _pages(name in small_pages):
+            for b in range(batch):
+                drafter.start(b, rows[b, :context])
     lengths = np.full(batch, context)
     per_request: dict[str, list[float]] = {name: [] for name in drafters}
     names = list(drafters)
     for step in range(steps + 10):
         lengths += rng.integers(1, 5, size=batch)
         for name in names if step % 2 == 0 else names[::-1]:
-            t0 = time.perf_counter()
-            drafters[name].step(ids, rows, lengths, k)
-            elapsed = time.perf_counter() - t0
+            with _pages(name in small_pages):
+                t0 = time.perf_counter()
+                drafters[name].step(ids, rows, lengths, k)
+                elapsed = time.perf_counter() - t0
             if step >= 10:  # warm-up steps touch cold caches
                 per_request[name].append(elapsed / batch * 1e6)
     base = np.asarray(per_request[names[0]])
@@ -60,6 +68,21 @@ def sam_step_us(
         name: {"us": float(np.median(us)), "ratio": float(np.median(np.asarray(us) / base))}
         for name, us in per_request.items()
     }
+
+
+@contextlib.contextmanager
+def _pages(small: bool):
+    """sam.pages switched off (4 KiB pages) for what runs inside, when `small`."""
+    before = os.environ.get(pages.DISABLE_ENV)
+    if small:
+        os.environ[pages.DISABLE_ENV] = "0"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(pages.DISABLE_ENV, None)
+        else:
+            os.environ[pages.DISABLE_ENV] = before
 
 
 def sam_build(

@@ -1,7 +1,8 @@
 """Compiled hot path: generalised suffix automata over flat int32 arrays, driven by numba.
 
-Each automaton `a` has three int32 arrays, owned by Python (`sam.drafter._Automata`) and reached from
-compiled code through `table[a]`, which holds each array's address and length:
+Each automaton `a` has three int32 arrays, owned by Python (`sam.drafter._Automata`; large ones in huge
+pages, `sam.pages`) and reached from compiled code through `table[a]`, which holds each array's address
+and length:
 
 - `states[a]`: int32, `STATE_WIDTH` fields per state: length, suffix link, `rep` (the log position
   of the state's first occurrence, i.e. min endpos in insertion order), its first out-edge inline
@@ -44,6 +45,8 @@ from __future__ import annotations
 import numpy as np
 from numba import carray, njit, types
 from numba.extending import intrinsic
+
+from .pages import int32_array
 
 # --- states ---------------------------------------------------------------------------------
 STATE_WIDTH = 7
@@ -128,10 +131,11 @@ def new_automaton_arrays(expected_tokens: int = 0, recency_percent: int = 100):
     weight in percent (count_occurrence)."""
     n = max(expected_tokens, 1)
     # Sized for typical text (~1.8 states and ~0.3 extra edges per token); growth covers the rest.
-    states = np.empty(max(INITIAL_STATES, n * 15 // 8) * STATE_WIDTH, dtype=np.int32)
+    states = int32_array(max(INITIAL_STATES, n * 15 // 8) * STATE_WIDTH)
     states[:STATE_WIDTH] = (0, -1, -1, NO_EDGE, -1, NO_BLOCK, 0)
-    edges = np.empty(max(INITIAL_PAIRS, n // 3) * 2, dtype=np.int32)
-    log = np.full(max(INITIAL_LOG, (n // (CHUNK - 1) + 2) * CHUNK), -1, dtype=np.int32)
+    edges = int32_array(max(INITIAL_PAIRS, n // 3) * 2)
+    log = int32_array(max(INITIAL_LOG, (n // (CHUNK - 1) + 2) * CHUNK))
+    log[:] = -1  # empty slots
     meta = np.zeros(META_WIDTH, dtype=np.int64)
     meta[M_STATES] = 1
     meta[M_PROMPT + MB_POS] = -1

@@ -19,6 +19,7 @@ import numpy as np
 
 from . import _core as core
 from .config import COUNTED_CONTINUATIONS, DraftConfig
+from .pages import int32_array
 from .prompt_store import PromptStore
 
 _INT32_MAX = np.iinfo(np.int32).max
@@ -111,7 +112,7 @@ class _Automata:
         for field, length in zip((core.T_STATES, core.T_EDGES, core.T_LOG), need[1:]):
             old = self.arrays[a][field]
             if length > old.size:
-                bigger = np.empty(max(int(length), int(old.size * core.GROWTH) + 16), dtype=np.int32)
+                bigger = int32_array(max(int(length), int(old.size * core.GROWTH) + 16))
                 bigger[: old.size] = old
                 if field == core.T_LOG:
                     bigger[old.size :] = -1  # empty log slots
