@@ -4,7 +4,7 @@ A drafting step touches every running request's automaton, one after another: 64
 each at 32k tokens of context. With 4 KiB pages most of those scattered reads also miss the TLB. Arrays
 of whole 2 MiB chunks, and a last chunk at least ``HUGE_FILL`` full, are mapped privately at a 2 MiB
 boundary and advised ``MADV_HUGEPAGE`` (Linux, with transparent huge pages in "madvise" or "always"
-mode), so that at most a quarter of one 2 MiB page per array is reserved beyond what it holds. Smaller
+mode): a huge page is resident as a whole, so at most a quarter of one is resident beyond the array. Smaller
 arrays, platforms without ``MADV_HUGEPAGE``, and ``SAM_HUGE_PAGES=0`` get plain numpy arrays. Values
 and drafts are the same either way; the measured gain is in benchmarks/RESULTS.md.
 """
