@@ -97,13 +97,13 @@ def test_plugin_installs_it_once_and_the_env_turns_it_off():
     snippet = """
 import json, os
 from rollout import plugin
+from rollout.vllm import undrafted_steps
 from vllm.v1.sample.rejection_sampler import RejectionSampler
+os.environ[undrafted_steps.DISABLE_ENV] = "0"
+off = [undrafted_steps.install(), hasattr(RejectionSampler.forward, "original")]
+del os.environ[undrafted_steps.DISABLE_ENV]
 plugin.register(); plugin.register()
 fn = RejectionSampler.forward
-print("RESULT", json.dumps([hasattr(fn, "original"), hasattr(getattr(fn, "original", None), "original")]))
+print("RESULT", json.dumps(off + [hasattr(fn, "original"), hasattr(getattr(fn, "original", None), "original")]))
 """
-    assert run_with_cpu_kernels(snippet) == [True, False]
-    import os
-
-    env = dict(os.environ, SAM_UNDRAFTED_STEPS="0")
-    assert run_with_cpu_kernels(snippet, env=env) == [False, False]
+    assert run_with_cpu_kernels(snippet) == [False, False, True, False]

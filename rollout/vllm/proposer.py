@@ -21,7 +21,7 @@ from vllm.logger import init_logger
 from rollout.metrics import SamMetrics
 from rollout.settings import SamSettings
 from rollout.stepper import SamStepper
-from rollout.vllm import runner_patch
+from rollout.vllm import runner_patch, undrafted_steps
 
 # under "vllm." so that vLLM's configured handler prints it in engine processes
 logger = init_logger(f"vllm.{__name__}")
@@ -38,6 +38,7 @@ class SamProposer:
         self._input_batch = None
         self._scheduler_output = None
         runner_patch.apply()
+        undrafted_steps.install()  # also without the plugin installed (verl workers on PYTHONPATH)
         logger.info("SAM proposer: %s", asdict(self.settings))
 
     # called by the runner patch around each propose
