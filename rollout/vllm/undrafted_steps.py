@@ -3,9 +3,9 @@
 With speculation configured, vLLM routes every step through ``RejectionSampler.forward``, drafts or
 not. In a step without drafts that call gathers the logits into a copy, converts them to float32 once
 more for logprobs it then discards, and runs the rejection kernels on empty inputs, before it returns
-the bonus token: the very token the plain ``Sampler`` would have drawn. On a CPU this cost 6-9 ms a
-step at 64 requests and a 49k vocabulary (docs/vllm-hooks.md), about 2% of a step, paid in every step
-the switch keeps speculation off.
+the bonus token: the very token the plain ``Sampler`` would have drawn. On a CPU that is 1-3% of a
+step (``scripts/bench_sampler_step.py``; docs/vllm-hooks.md), paid in every step the switch keeps
+speculation off.
 
 ``install()`` (from the plugin, in every vLLM process) wraps ``RejectionSampler.forward``: when no
 request in the step has drafts, it calls the rejection sampler's own ``Sampler`` on the logits, as the
