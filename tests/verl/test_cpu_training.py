@@ -9,6 +9,7 @@ the step's metrics in verl's file log hold the reward, the rollout time and SAM'
 import json
 import os
 import re
+import secrets
 import socket
 import subprocess
 import sys
@@ -30,10 +31,14 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def ray_head():
-    """A local Ray head with one fake GPU slot, started the way the preset's README says."""
+def ray_head(tmp_path_factory):
+    """A local Ray head with one fake GPU slot, started the way the preset's README says, with token
+    authentication on whatever this machine's ~/.ray holds: a token of its own (RAY_AUTH_TOKEN_PATH)."""
     bin_dir = os.path.dirname(sys.executable)
-    env = dict(os.environ, RAY_AUTH_MODE="token", PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    token = tmp_path_factory.mktemp("ray_auth") / "auth_token"
+    token.write_text(secrets.token_hex(32))
+    env = dict(os.environ, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token),
+               PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")  # fmt: skip
     ray = [sys.executable, "-m", "ray.scripts.scripts"]
     for _attempt in range(2):  # a port taken between free_port() and Ray's bind: once more on fresh ports
         port = free_port()
