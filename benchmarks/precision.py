@@ -40,14 +40,27 @@ def _chosen_logprobs(output) -> list[float]:
     return [step[token].logprob for token, step in zip(output.token_ids, output.logprobs)]
 
 
-def _generate(model: str, prompts: list[list[int]], engine_kw: dict, max_tokens: int):
-    from vllm import LLM, SamplingParams
+def greedy_with_logprobs(llm, prompts: list[list[int]], max_tokens: int) -> list[tuple[list[int], list[float]]]:
+    """Greedy tokens and their logprobs, per prompt, from an engine (the decode or the verify path)."""
+    from vllm import SamplingParams
 
-    llm = LLM(model, **engine_kw)
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens, logprobs=0)
     outs = [o.outputs[0] for o in llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)]
-    result = [(list(o.token_ids), _chosen_logprobs(o)) for o in outs]
-    return llm, result
+    return [(list(o.token_ids), _chosen_logprobs(o)) for o in outs]
+
+
+@dataclass
+class DecodePath:
+    """A plain engine's greedy tokens with their logprobs, and the same tokens scored in one prefill."""
+
+    generated: list[tuple[list[int], list[float]]]
+    prefill: list[list[tuple[float, int]]]  # (logprob, rank) per generated token
+
+
+def decode_path(llm, prompts: list[list[int]], max_tokens: int) -> DecodePath:
+    """The reference paths, from an engine without speculation."""
+    generated = greedy_with_logprobs(llm, prompts, max_tokens)
+    return DecodePath(generated, _score(llm, prompts, [tokens for tokens, _ in generated]))
 
 
 def _score(llm, prompts: list[list[int]], generated: list[list[int]]):
@@ -79,12 +92,9 @@ def _compare(reference, other_tokens, other_logprobs) -> tuple[float, int, tuple
     return worst, compared, first
 
 
-def check_dtype(model: str, prompts: list[list[int]], dtype: str, max_tokens: int, k: int = 3) -> list[PathComparison]:
-    base = dict(dtype=dtype, max_model_len=4096, enforce_eager=True, seed=0, kv_cache_memory_bytes=1 << 30)
-    llm, decode = _generate(model, prompts, base, max_tokens)
-    prefill = _score(llm, prompts, [tokens for tokens, _ in decode])
-    shutdown(llm)
-    spec = dict(
+def sam_spec_kw(k: int) -> dict:
+    """Engine arguments for the verify path: the SAM drafter in every step (threshold off)."""
+    return dict(
         speculative_config={
             "method": "custom_class",
             "model": "rollout.proposer.SamProposer",
@@ -92,14 +102,32 @@ def check_dtype(model: str, prompts: list[list[int]], dtype: str, max_tokens: in
         },
         additional_config={"sam_spec": {"threshold": None}},
     )
-    llm, verify = _generate(model, prompts, base | spec, max_tokens)
-    shutdown(llm)
-    out = []
-    worst, compared, first = _compare(decode, [t for t, _ in verify], [lp for _, lp in verify])
-    out.append(PathComparison(dtype, f"verify (SAM k={k})", worst, compared, first))
-    worst, compared, _ = _compare(decode, [t for t, _ in decode], [[lp for lp, _ in row] for row in prefill])
+
+
+def compare_paths(dtype: str, k: int, decode: DecodePath, verify) -> list[PathComparison]:
+    """The verify path (greedy tokens and logprobs of an engine drafting k) and the prefill path against
+    the decode path."""
+    reference = decode.generated
+    worst, compared, first = _compare(reference, [t for t, _ in verify], [lp for _, lp in verify])
+    out = [PathComparison(dtype, f"verify (SAM k={k})", worst, compared, first)]
+    prefill = decode.prefill
+    worst, compared, _ = _compare(reference, [t for t, _ in reference], [[lp for lp, _ in row] for row in prefill])
     # Prefill scores the decode path's own tokens: a token that is not its position's argmax there
     # (rank > 1) is where a greedy rollout through this path would diverge.
     first = next(((i, j) for i, row in enumerate(prefill) for j, (_, rank) in enumerate(row) if rank != 1), None)
     out.append(PathComparison(dtype, "prefill", worst, compared, first))
     return out
+
+
+def check_dtype(model: str, prompts: list[list[int]], dtype: str, max_tokens: int, k: int = 3) -> list[PathComparison]:
+    """One engine after the other (a large model may fit only once): plain, then with SAM."""
+    from vllm import LLM
+
+    base = dict(dtype=dtype, max_model_len=4096, enforce_eager=True, seed=0, kv_cache_memory_bytes=1 << 30)
+    llm = LLM(model, **base)
+    decode = decode_path(llm, prompts, max_tokens)
+    shutdown(llm)
+    llm = LLM(model, **base, **sam_spec_kw(k))
+    verify = greedy_with_logprobs(llm, prompts, max_tokens)
+    shutdown(llm)
+    return compare_paths(dtype, k, decode, verify)

@@ -35,6 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 K = 3
 NEW_TOKENS = 512
 N_PROMPTS = 8
+PRECISION_PROMPTS, PRECISION_TOKENS = 2, 48
 ENGINE_KW = dict(
     dtype="float32",
     max_model_len=2048,
@@ -118,12 +119,20 @@ GREEDY = SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, ignore_eos=True)
 
 
 @pytest.fixture(scope="module")
-def reference(model_dir, prompts):
-    """Greedy outputs without speculation."""
+def plain_run(model_dir, prompts):
+    """Without speculation: greedy outputs (the reference), and the precision check's decode path."""
+    from benchmarks.precision import decode_path
+
     llm = LLM(model_dir, **ENGINE_KW)
     outs = llm.generate(as_inputs(prompts), GREEDY)
+    decode = decode_path(llm, prompts[:PRECISION_PROMPTS], PRECISION_TOKENS)
     shutdown(llm)
-    return [list(o.outputs[0].token_ids) for o in outs]
+    return [list(o.outputs[0].token_ids) for o in outs], decode
+
+
+@pytest.fixture(scope="module")
+def reference(plain_run):
+    return plain_run[0]
 
 
 @pytest.fixture(scope="module")
@@ -283,12 +292,17 @@ def test_bad_setting_fails_engine_start(model_dir, tmp_path):
     assert "additional_config.sam_spec.threshold must be an integer >= 0" in r.stdout + r.stderr
 
 
-def test_precision_check_fp32(model_dir, prompts):
-    """The precision tool on fp32: greedy outputs of the verify path equal the decode path's, and
-    logprobs agree to rounding. Runs after the other engine tests (module order)."""
-    from benchmarks.precision import check_dtype
+def test_precision_check_fp32(sam_llm, plain_run, prompts):
+    """The precision tool on fp32: greedy outputs of the verify path (the SAM engine) equal the decode
+    path's (the plain engine's), and logprobs agree to rounding. Runs after the other engine tests
+    (module order)."""
+    from benchmarks.precision import compare_paths, greedy_with_logprobs
 
-    verify, prefill = check_dtype(model_dir, prompts[:2], "float32", max_tokens=48)
+    # the proposer's own count: vLLM's counters are those of the engine built last (see sam_llm)
+    before = sam_metrics(sam_llm)["num_drafts"]
+    verify = greedy_with_logprobs(sam_llm, prompts[:PRECISION_PROMPTS], PRECISION_TOKENS)
+    assert sam_metrics(sam_llm)["num_drafts"] > before  # the verify path was taken
+    verify, prefill = compare_paths("float32", K, plain_run[1], verify)
     assert verify.first_divergence is None and prefill.first_divergence is None
-    assert verify.tokens_compared > 0 and verify.max_logprob_diff < 1e-3
+    assert verify.tokens_compared == PRECISION_PROMPTS * PRECISION_TOKENS and verify.max_logprob_diff < 1e-3
     assert prefill.max_logprob_diff < 1e-3
