@@ -471,7 +471,7 @@ def _simulate_replica(
             nxt += 1
             started += 1
         if mode == ONLINE and started:
-            auto_switch.observe_new_requests(accept, started)
+            auto_switch.observe_new_requests(accept, started, running)
         b = running
         ctx = prompt_len
         for r in range(b):

@@ -141,7 +141,7 @@ class SamStepper:
             if scoring:
                 self.scorer.start_round(self.switch)
                 if self._started_since_round:  # a new batch (the engine admits it over a few steps)
-                    self.switch.observe_new_requests(self._started_since_round)
+                    self.switch.observe_new_requests(self._started_since_round, scheduled)
                     self._started_since_round = 0
             if kk > 0:
                 m.steps_on += 1

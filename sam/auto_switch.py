@@ -23,8 +23,9 @@ What is learnt, from the steps themselves (clean steps only: no request started,
   Rounds are decayed per round, so that ``a_j`` follows the batch along its responses, and more slowly
   where a round scores few rows (the tail), so that the estimate rests on enough of them; a round far
   outside the estimate (a new batch in another regime, as greedy after sampled) replaces most of it, and
-  so does a batch of new requests started since the last round (``observe_new_requests``): its first
-  rounds then decide without waiting for a round that far off.
+  so does a batch of new requests started since the last round (``observe_new_requests``: at least
+  JUMP_ROWS of them, or the whole batch now): its first rounds then decide without waiting for a round
+  that far off.
 A bucket that has not learnt its own s yet takes two plain steps, then borrows the nearest bucket's s
 when the answer is clear (drafting pays at that cost, or would not pay at half of it); otherwise it
 measures itself with two drafted steps. A smaller batch's cost is a lower bound (a draft token is a
@@ -283,12 +284,13 @@ def observe_acceptance(accept, rows, drafted_at, accepted_at):
 
 
 @njit(cache=True)
-def observe_new_requests(accept, started):
-    """``started`` requests started since the last scoring round: from JUMP_ROWS on, a new batch (the next
-    rollout step, or greedy after sampled), whose acceptance may differ from the last one's; older
+def observe_new_requests(accept, started, batch):
+    """``started`` requests started since the last scoring round, ``batch`` scheduled now: from JUMP_ROWS
+    on, or when they are the whole batch (no request the estimate was learnt on is left), a new batch (the
+    next rollout step, or greedy after sampled), whose acceptance may differ from the last one's; older
     evidence then keeps the weight of JUMP_KEEP x that many rows, so that the new batch's first rounds
-    decide."""
-    if started < JUMP_ROWS or accept[1, ASKED] <= 0.0:
+    decide. (A small batch's rounds score too few rows to show a jump themselves.)"""
+    if started < min(JUMP_ROWS, max(batch, 1)) or accept[1, ASKED] <= 0.0:
         return
     keep = min(1.0, JUMP_KEEP * started / accept[1, ASKED])
     for j in range(1, accept.shape[0]):
@@ -320,8 +322,8 @@ class AutoSwitch:
     def observe_cost(self, batch: int, drafts_per_request: float, step_ms: float) -> None:
         observe_cost(self.cost, int(batch), float(drafts_per_request), float(step_ms))
 
-    def observe_new_requests(self, started: int) -> None:
-        observe_new_requests(self.accept, int(started))
+    def observe_new_requests(self, started: int, batch: int) -> None:
+        observe_new_requests(self.accept, int(started), int(batch))
 
     def observe_acceptance(self, rows: int, drafted_at: np.ndarray, accepted_at: np.ndarray) -> None:
         observe_acceptance(self.accept, int(rows), drafted_at, accepted_at)

@@ -334,12 +334,30 @@ def test_a_new_batch_of_requests_replaces_most_of_the_acceptance_estimate():
     for _ in range(30):
         switch.observe_acceptance(8, drafted, np.array([0.0, 1.44, 0.5, 0.2]))  # ~0.18
     before = switch.report()["acceptance_by_position"][0]
-    switch.observe_new_requests(sw.JUMP_ROWS - 1)
+    switch.observe_new_requests(sw.JUMP_ROWS - 1, 16)
     assert switch.report()["acceptance_by_position"][0] == pytest.approx(before)
     assert not sw.acceptance_jumped(switch.accept, 8, 4.4)  # 0.55 alone would be followed slowly
-    switch.observe_new_requests(8)
+    switch.observe_new_requests(8, 8)
     switch.observe_acceptance(8, drafted, np.array([0.0, 4.4, 3.0, 2.0]))
     assert switch.report()["acceptance_by_position"][0] > 0.45
+
+
+def test_a_small_new_batch_replaces_the_estimate_only_when_every_request_is_new():
+    """The engine benchmark's greedy part: 4 greedy requests after 64 sampled ones. Its rounds score 4 rows,
+    too few to show a jump, so the estimate turns over only because all 4 requests are new; 2 new requests
+    beside 2 older ones (continuous batching) leave it as it is."""
+    drafted = np.array([0.0] + [4.0] * K)
+    switches = AutoSwitch(K), AutoSwitch(K)
+    for switch in switches:
+        for _ in range(30):
+            switch.observe_acceptance(16, 4 * drafted, np.array([0.0, 2.88, 1.0, 0.4]))  # ~0.18
+    trickle, new_batch = switches
+    trickle.observe_new_requests(2, 4)
+    new_batch.observe_new_requests(4, 4)
+    for switch in switches:
+        switch.observe_acceptance(4, drafted, np.array([0.0, 2.2, 1.5, 1.0]))  # 0.55
+    assert trickle.report()["acceptance_by_position"][0] < 0.25
+    assert new_batch.report()["acceptance_by_position"][0] > 0.4
 
 
 def test_a_smaller_batchs_cost_is_a_lower_bound():

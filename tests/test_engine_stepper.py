@@ -304,26 +304,28 @@ def test_auto_switch_starts_drafting_when_the_text_turns_predictable():
 def test_a_new_batch_admitted_over_a_few_steps_replaces_most_of_the_acceptance_estimate():
     """An engine admits a batch's requests over a few steps (LLM.generate hands them over one by one):
     the requests started since the last scoring round count together, and at the next round the old
-    acceptance evidence keeps the weight of JUMP_KEEP x that many rows; one start a step does not."""
+    acceptance evidence keeps the weight of JUMP_KEEP x that many rows; one start a step beside requests
+    that were running already does not."""
 
-    def run(starts_by_step):
+    def run(starts_by_step, running=4):
         clock = Clock()
         st = SamStepper(settings(threshold=None, schedule="auto"), max_model_len=W, clock=clock)
-        st.switch.accept[1:] = [100.0, 100.0, 10.0]  # a long sampled history: 0.1 accepted
-        b = Batch(n_rows=16)
+        b = Batch(n_rows=24)
         weights = []
-        for s, starts in enumerate(starts_by_step):
+        for s, starts in enumerate([running] + starts_by_step):
             for r in range(starts):
                 b.add(f"r{s}.{r}", [1, 2, 3] + PERIOD * 2)
             clock.now += 0.1
             step(st, b, [[int(b.tok[i, b.len[i] - 1])] for i in range(len(b.req_ids))])
+            if s == 0:  # after the first round: a long sampled history of the running requests, 0.1 accepted
+                st.switch.accept[1:] = [100.0, 100.0, 10.0]
             weights.append(float(st.switch.accept[1, 0]))
         return weights
 
     # scoring rounds begin at steps 0, 4, 8: eight requests admitted at steps 1-2 meet at the round of step 4
-    admitted = run([1, 4, 4, 0, 0, 0])
+    admitted = run([4, 4, 0, 0, 0])
     assert admitted[3] == 100.0 and admitted[4] <= JUMP_KEEP * 8 + 1e-9, admitted
-    trickle = run([1] * 9)  # one a step: four between two rounds
+    trickle = run([1] * 8)  # one a step: four between two rounds, beside the four running
     assert min(trickle) > 50.0, trickle
 
 
