@@ -695,6 +695,11 @@ def run_all(model_dir: str, wl: Workload, settings: list[str], engine_kw: dict, 
             log(f"[bench] {name} FAILED: {e}\n{traceback.format_exc()}")
             continue
         res["setting_total_s"] = round(time.perf_counter() - t0, 1)
+        if "greedy" in toks:
+            if name == "none":
+                ref_greedy = toks["greedy"]
+            elif ref_greedy is not None:
+                res["greedy"]["vs_none"] = compare_greedy(ref_greedy, toks["greedy"])
         if repeats > 1:
             report.setdefault("repeats", {}).setdefault(name, []).append(
                 {
@@ -702,11 +707,6 @@ def run_all(model_dir: str, wl: Workload, settings: list[str], engine_kw: dict, 
                     **{p: {f: res[p].get(f) for f in REPEAT_FIELDS} for p in ("sampled", "greedy") if p in res},
                 }
             )
-        if "greedy" in toks:
-            if name == "none":
-                ref_greedy = toks["greedy"]
-            elif ref_greedy is not None:
-                res["greedy"]["vs_none"] = compare_greedy(ref_greedy, toks["greedy"])
         report["settings"][name] = res
         log(
             f"[bench] {name} done in {res['setting_total_s']} s: "
@@ -725,7 +725,9 @@ def run_all(model_dir: str, wl: Workload, settings: list[str], engine_kw: dict, 
     return report
 
 
-REPEAT_FIELDS = ("tok_per_s", "wall_s", "engine_cpu_s")
+# kept for every round: the timings, and what explains an outlier (the switch's choices, the steps) and
+# whether its greedy tokens were none's (any none's: greedy runs are reproducible)
+REPEAT_FIELDS = ("tok_per_s", "wall_s", "engine_cpu_s", "engine_steps", "frac_steps_on", "switch", "vs_none")
 
 
 def summarize_repeats(runs: dict) -> dict:
@@ -749,6 +751,9 @@ def summarize_repeats(runs: dict) -> dict:
                 "cpu_vs_none_median": round(statistics.median(cpu), 3) if cpu else None,
                 "cpu_vs_none_range": [round(min(cpu), 3), round(max(cpu), 3)] if cpu else None,
             }
+            compared = [r[part]["vs_none"] for r in rs if part in r and r[part].get("vs_none")]
+            if compared:  # greedy: identical to none in how many of the rounds compared
+                rows[name]["identical_rounds"] = [sum(c["identical"] for c in compared), len(compared)]
         if rows:
             out[part] = rows
     return out
@@ -881,6 +886,10 @@ def format_table(report: dict) -> str:
                 f"| {name} | {r['rounds']} | {', '.join(f'{v:.1f}' for v in r['tok_per_s'])} | "
                 f"{r['speed_vs_none_median']:.3f} {r['speed_vs_none_range']} | {cpu} |"
             )
+        identity = [f"{name} {r['identical_rounds'][0]}/{r['identical_rounds'][1]}" for name, r in rows.items()
+                    if "identical_rounds" in r]  # fmt: skip
+        if identity:
+            lines += ["", "outputs identical to none's, rounds: " + ", ".join(identity)]
         lines.append("")
     if report.get("skipped"):
         lines.append("skipped: " + "; ".join(f"{k}: {v}" for k, v in report["skipped"].items()))

@@ -26,6 +26,24 @@ def test_ratios_pair_each_round_with_its_own_none():
     assert "| sam_k0 | 3 | 49.0, 40.0, 45.0 | 0.980 [0.9, 1.0] | 1.020 [1.0, 1.1] |" in table
 
 
+def test_greedy_identity_is_counted_over_the_rounds_compared():
+    def greedy(round_, identical=None):
+        part = {"tok_per_s": 10.0, "wall_s": 10.0, "engine_cpu_s": 20.0}
+        if identical is not None:
+            part["vs_none"] = {"identical": identical, "n_diverged": 0 if identical else 1, "diverged": []}
+        return {"round": round_, "greedy": part}
+
+    runs = {
+        "none": [greedy(0), greedy(1), greedy(2)],
+        "sam_auto": [greedy(0, True), greedy(1, False), greedy(2, True)],
+    }
+    rows = summarize_repeats(runs)["greedy"]
+    assert rows["sam_auto"]["identical_rounds"] == [2, 3]
+    assert "identical_rounds" not in rows["none"]
+    table = format_table({"settings": {}, "summary": {"repeats": summarize_repeats(runs)}})
+    assert "outputs identical to none's, rounds: sam_auto 2/3" in table
+
+
 def test_a_round_without_its_none_is_left_out():
     runs = {"none": [run(0, 50.0, 200.0)], "sam_k0": [run(0, 45.0, 220.0), run(1, 10.0, 900.0)]}
     assert summarize_repeats(runs)["sampled"]["sam_k0"]["rounds"] == 1
