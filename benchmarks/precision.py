@@ -18,6 +18,7 @@ import math
 from dataclasses import asdict, dataclass
 
 from benchmarks.vllm_tools import shutdown
+from rollout.settings import sam_engine_kwargs
 
 
 @dataclass
@@ -92,18 +93,6 @@ def _compare(reference, other_tokens, other_logprobs) -> tuple[float, int, tuple
     return worst, compared, first
 
 
-def sam_spec_kw(k: int) -> dict:
-    """Engine arguments for the verify path: the SAM drafter in every step (threshold off)."""
-    return dict(
-        speculative_config={
-            "method": "custom_class",
-            "model": "rollout.proposer.SamProposer",
-            "num_speculative_tokens": k,
-        },
-        additional_config={"sam_spec": {"threshold": None}},
-    )
-
-
 def compare_paths(dtype: str, k: int, decode: DecodePath, verify) -> list[PathComparison]:
     """The verify path (greedy tokens and logprobs of an engine drafting k) and the prefill path against
     the decode path."""
@@ -127,7 +116,7 @@ def check_dtype(model: str, prompts: list[list[int]], dtype: str, max_tokens: in
     llm = LLM(model, **base)
     decode = decode_path(llm, prompts, max_tokens)
     shutdown(llm)
-    llm = LLM(model, **base, **sam_spec_kw(k))
+    llm = LLM(model, **base, **sam_engine_kwargs(k, threshold=None))  # the verify path: drafts in every step
     verify = greedy_with_logprobs(llm, prompts, max_tokens)
     shutdown(llm)
     return compare_paths(dtype, k, decode, verify)

@@ -34,6 +34,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks import engine as bench  # noqa: E402  (imports no vLLM)
+from rollout.settings import sam_engine_kwargs  # noqa: E402
 
 LOG = REPO / "results" / "demo-vllm.log"
 
@@ -56,12 +57,12 @@ def parse_args(argv):
 
 
 def sam_setting(args) -> tuple[dict, dict]:
-    spec = {"method": "custom_class", "model": "rollout.proposer.SamProposer", "num_speculative_tokens": args.k}
     if args.threshold is not None:
         sam = {"threshold": None if args.threshold < 0 else args.threshold}
     else:
         sam = {"threshold": None, "schedule": args.schedule if args.schedule == "auto" else json.loads(args.schedule)}
-    return spec, {"sam_spec": {**sam, "group_aware": True}}
+    kw = sam_engine_kwargs(args.k, **sam, group_aware=True)
+    return kw["speculative_config"], kw["additional_config"]
 
 
 def log_vllm_to_file() -> None:

@@ -39,6 +39,7 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks import eval_math as em  # noqa: E402  (imports no vLLM)
 from benchmarks.math_answers import get_scorer  # noqa: E402
+from rollout.settings import sam_engine_kwargs  # noqa: E402
 
 SMOKE_DEFAULTS = {"limit": 4, "n": 2, "max_tokens": 256}
 FULL_DEFAULTS = {"limit": None, "n": 4, "max_tokens": 8192}
@@ -204,7 +205,7 @@ def run(args, problems, scorer, model, tokenizer) -> tuple[dict, tuple]:
         logprobs=0 if args.logprob_check else None,
     )
     warmup = SamplingParams(temperature=0.0, max_tokens=16)
-    spec_kw = em.sam_speculative_kwargs(args.k, sam_spec(args))
+    spec_kw = sam_engine_kwargs(args.k, **sam_spec(args))
     fix = args.cpu_sampler_fix and on_cpu
     off = em.run_arm("SAM off", model, prompts, params, engine_kw, warmup, fix)
     on = em.run_arm("SAM on ", model, prompts, params, engine_kw | spec_kw, warmup, fix)

@@ -30,6 +30,7 @@ from benchmarks.data import shared_data_dir  # noqa: E402
 from benchmarks.vllm_tools import counter_delta as delta  # noqa: E402
 from benchmarks.vllm_tools import shutdown  # noqa: E402
 from benchmarks.vllm_tools import spec_decode_counters as counters  # noqa: E402
+from rollout.settings import sam_engine_kwargs  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 K = 3
@@ -58,17 +59,6 @@ def load_problems(n: int) -> list[str]:
     # skip the AIME rows at the top: MATH-500 problems are shorter, keeping prefills cheap
     rows = [r for r in rows if r.get("source") not in ("aime2024", "aime2025")] or rows
     return [r["prompt"] for r in rows[:n]]
-
-
-def spec_kw(**settings) -> dict:
-    return dict(
-        speculative_config={
-            "method": "custom_class",
-            "model": "rollout.proposer.SamProposer",
-            "num_speculative_tokens": K,
-        },
-        additional_config={"sam_spec": settings},
-    )
 
 
 def sam_metrics(llm) -> dict:
@@ -139,7 +129,7 @@ def reference(plain_run):
 def sam_llm(model_dir, reference):
     # LLM.get_metrics() reads the process-wide Prometheus registry, which the most recently
     # constructed LLM owns: build the reference engine first.
-    llm = LLM(model_dir, **ENGINE_KW, **spec_kw(threshold=None))
+    llm = LLM(model_dir, **ENGINE_KW, **sam_engine_kwargs(K, threshold=None))
     yield llm
     shutdown(llm)
 
@@ -221,7 +211,7 @@ def test_threshold_switches_speculation_off_and_on(model_dir, prompts, reference
     # 6 requests of different lengths: speculation is off while more than 2 are scheduled,
     # and comes on as they finish. Greedy outputs stay identical to the no-speculation run.
     lengths = [48, 64, 96, 160, 224, 320]
-    llm = LLM(model_dir, **ENGINE_KW, **spec_kw(threshold=2))
+    llm = LLM(model_dir, **ENGINE_KW, **sam_engine_kwargs(K, threshold=2))
     try:
         sps = [SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True) for n in lengths]
         outs = llm.generate(as_inputs(prompts[: len(lengths)]), sps)
@@ -246,7 +236,7 @@ def test_online_switch_scores_drafts_and_keeps_greedy_identity(model_dir, prompt
 
     lengths = [96, 128, 160, 192]
     monkeypatch.setenv("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")  # the warm-up's RPC is a callable
-    llm = LLM(model_dir, **ENGINE_KW, **spec_kw(threshold=None, schedule="auto"))
+    llm = LLM(model_dir, **ENGINE_KW, **sam_engine_kwargs(K, threshold=None, schedule="auto"))
     try:
         # the engine benchmark's warm-up pauses SAM: the switch neither chooses nor learns there
         warm_every_batch_size(llm, prompts, 6)

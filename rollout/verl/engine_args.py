@@ -9,9 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from rollout.settings import SETTINGS_KEY, SamSettings
+from rollout.settings import SAM_PROPOSER, SETTINGS_KEY, SamSettings
 
-SAM_PROPOSER = "rollout.proposer.SamProposer"
 ASCEND_DEVICE = "npu"
 
 
