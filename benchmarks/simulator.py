@@ -27,8 +27,10 @@ a per-step decision from the true cost model and acceptance (``sam.switch.choose
 running request must progress at least as fast as without drafts, then the highest token rate wins);
 ``auto``, the online switch of ``schedule: "auto"`` (``sam.auto_switch``, the same compiled code as in
 the engine), which knows neither: it sees each step's batch, its time (with multiplicative noise,
-``observe_noise``) and, every max_k + 1 steps, the fluid expectation of what full drafts would be
-accepted (the engine's scoring rounds, ``rollout.draft_scoring``), whatever k it chose.
+``observe_noise``) and the fluid expectation of what full drafts would be accepted, whatever k it
+chose, taken as the engine's scoring rounds take them (``rollout.draft_scoring``: every row at a round
+start, every max_k + 1 steps, and more rows in the steps between until the round holds ``ROUND_ROWS``),
+and handed to the switch at the next round's start.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from pathlib import Path
 import numpy as np
 from numba import njit
 
+from rollout.draft_scoring import ROUND_ROWS
 from sam import auto_switch
 from sam.switch import acceptance_by_k, choose_k_arrays, expected_distinct_experts, k_by_batch_array
 
@@ -406,21 +409,28 @@ SCHEDULE, ORACLE, ONLINE = 0, 1, 2  # how a policy chooses k
 
 # Not cached (cache=False): numba's cache would not see a change in sam.auto_switch, which these call.
 @njit
-def _observe_online(cost, accept, b, d, t, score, pos, edges, tok, dr, noise):
-    """What the online switch sees of a step: its time (noisy) and, on a scoring round (one every
-    max_k + 1 steps, whatever k is), the expected outcome per position of full drafts."""
+def _start_round_if_due(accept, scored, steps):
+    """As the engine's stepper before it chooses k: on a step that starts a scoring round (every max_k + 1
+    steps), the round under way (``scored``: rows, drafted_at, accepted_at) goes to the switch."""
+    if steps % auto_switch.scoring_round_every(accept.shape[0] - 1) != 0:
+        return False
+    auto_switch.observe_acceptance(accept, scored[0, 0], scored[1], scored[2])
+    scored[:] = 0.0
+    return True
+
+
+@njit
+def _observe_online(cost, scored, round_start, b, d, t, steps, pos, edges, tok, dr, noise):
+    """What the online switch sees of a step: its time (noisy) and the expected outcome per position of
+    the full drafts scored in it, added to the round under way."""
     auto_switch.observe_cost(cost, b, d / b, t * math.exp(noise * np.random.standard_normal()))
-    if not score:
-        return
-    max_k = accept.shape[0] - 1
-    drafted_at = np.zeros(max_k + 1)
-    accepted_at = np.zeros(max_k + 1)
-    for r in range(b):
-        i = _bin_of(pos[r], edges)
-        for j in range(1, max_k + 1):
-            drafted_at[j] += dr[j, i] - dr[j - 1, i]
-            accepted_at[j] += tok[j, i] - tok[j - 1, i]
-    auto_switch.observe_acceptance(accept, b, drafted_at, accepted_at)
+    n = b if round_start else min(b, max(ROUND_ROWS - int(scored[0, 0]), 0))
+    for m in range(n):
+        i = _bin_of(pos[(steps + m) % b], edges)  # a different first row each step, as the engine
+        for j in range(1, scored.shape[1]):
+            scored[1, j] += dr[j, i] - dr[j - 1, i]
+            scored[2, j] += tok[j, i] - tok[j - 1, i]
+    scored[0, 0] += n
 
 
 @njit
@@ -462,6 +472,8 @@ def _simulate_replica(
     sum_tok = np.zeros(max_k + 1)
     cost = np.zeros((auto_switch.NUM_BUCKETS, auto_switch.COST_FIELDS))
     accept = np.zeros((max_k + 1, auto_switch.ACCEPT_FIELDS))
+    scored = np.zeros((3, max_k + 1))  # the scoring round under way: [0, 0] rows, [1] drafted_at, [2] accepted_at
+    round_start = False
     while nxt < n or running > 0:
         started = 0
         while running < max_num_seqs and nxt < n:  # continuous batching: refill free slots
@@ -489,6 +501,7 @@ def _simulate_replica(
                 step_ms[k] = _grid_cost(ms, q_step, ctx_step, b, 1.0 + d / b, ctx) + step_overhead_ms
             k = choose_k_arrays(step_ms, min_tok, sum_tok)
         elif mode == ONLINE:
+            round_start = _start_round_if_due(accept, scored, steps)
             k = auto_switch.choose_k(cost, accept, b, max_k)
         else:
             k = k_by_batch[min(b, k_by_batch.shape[0] - 1)]
@@ -497,8 +510,7 @@ def _simulate_replica(
             d += dr[k, _bin_of(pos[r], edges)]
         t = _grid_cost(ms, q_step, ctx_step, b, 1.0 + d / b, ctx) + step_overhead_ms
         if mode == ONLINE:  # before the step's tokens move the positions
-            score = steps % auto_switch.scoring_round_every(max_k) == 0
-            _observe_online(cost, accept, b, d, t, score, pos, edges, tok, dr, observe_noise)
+            _observe_online(cost, scored, round_start, b, d, t, steps, pos, edges, tok, dr, observe_noise)
         r = 0
         while r < running:
             adv = tok[k, _bin_of(pos[r], edges)]

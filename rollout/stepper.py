@@ -5,7 +5,7 @@ its batch arrays as they are, row i being request ``req_ids[i]``, after the step
 written, and returns the drafts it gets back. The stepper starts new requests from their prompt
 (GRPO siblings grouped by prompt tokens), measures last step's acceptance, feeds every row's
 committed tokens to the drafter (also when speculation is off) and proposes where the switch allows.
-For the online switch it also runs scoring rounds (``rollout.draft_scoring``), from which the switch
+For the online switch it also scores full drafts (``rollout.draft_scoring``), from which the switch
 learns acceptance whether or not it drafts.
 """
 
@@ -134,19 +134,15 @@ class SamStepper:
         m.steps += bool(decode_rows)
         self._last_draft_tokens = 0
         if decode_rows and not self.paused:
+            round_start = self._start_round_if_due(scheduled)  # the last round's counts first: k rests on them
             kk = self.switch.choose_k(scheduled)
             if k is not None:
                 kk = min(kk, int(k))
-            scoring = self.scorer is not None and self.scorer.round_due()
-            if scoring:
-                self.scorer.start_round(self.switch)
-                if self._started_since_round:  # a new batch (the engine admits it over a few steps)
-                    self.switch.observe_new_requests(self._started_since_round, scheduled)
-                    self._started_since_round = 0
+            scored = self.scorer.rows_to_score(decode_rows, round_start) if self.scorer is not None else []
             if kk > 0:
                 m.steps_on += 1
-            if kk > 0 or scoring:
-                self._propose(req_ids, decode_rows, lengths, kk, out, scoring)
+            if kk > 0 or scored:
+                self._propose(req_ids, decode_rows if kk > 0 else scored, lengths, kk, out, scored)
         self._last_call = None if self.paused else t0
         if m.calls % NBYTES_EVERY == 0:
             m.peak_drafter_nbytes = max(m.peak_drafter_nbytes, self.drafter.nbytes)
@@ -196,20 +192,32 @@ class SamStepper:
         self._log.warning("SAM proposer: rebuilt %d request(s) whose rows went backwards (%s)", rebuilt, err)
         d.sync(req_ids, token_ids_cpu[: len(req_ids)], lengths)
 
-    def _propose(self, req_ids, decode_rows, lengths, k: int, out, scoring: bool) -> None:
-        """Drafts of k tokens into ``out``; on a scoring round, full drafts to the scorer as well, and the
-        sent drafts are their first k tokens (one proposal a step). That prefix differs from a k-token
-        proposal in a few percent of rows: the frequent continuation weighs the whole draft length."""
-        rows = np.asarray(decode_rows, dtype=np.int64)
-        k_proposed = self.k if scoring else k
+    def _start_round_if_due(self, scheduled: int) -> bool:
+        """On a step that starts a scoring round, the finished round (and a new batch, if one started)
+        goes to the switch. Returns whether one started (never without a scorer)."""
+        if self.scorer is None or not self.scorer.round_due():
+            return False
+        self.scorer.start_round(self.switch)
+        if self._started_since_round:  # a new batch (the engine admits it over a few steps)
+            self.switch.observe_new_requests(self._started_since_round, scheduled)
+            self._started_since_round = 0
+        return True
+
+    def _propose(self, req_ids, rows, lengths, k: int, out, scored: list[int]) -> None:
+        """Drafts of k tokens for ``rows`` into ``out``; for the ``scored`` ones (a subset), full drafts
+        to the scorer as well, and the sent drafts are their first k tokens (one proposal a step). That
+        prefix differs from a k-token proposal in a few percent of rows: the frequent continuation weighs
+        the whole draft length."""
+        k_proposed = self.k if scored else k
         # never draft past max_model_len (same rule as vLLM's ngram proposer)
-        room = np.maximum(self.max_model_len - lengths[rows], 0)
-        proposal = self.drafter.propose([req_ids[i] for i in decode_rows], k_proposed)
+        room = np.maximum(self.max_model_len - lengths[np.asarray(rows, dtype=np.int64)], 0)
+        proposal = self.drafter.propose([req_ids[i] for i in rows], k_proposed)
         full_lengths = np.minimum(proposal.lengths.astype(np.int64), room)
         draft_lengths = np.minimum(full_lengths, k)
+        scored = set(scored)
         m = self.metrics
-        for j, i in enumerate(decode_rows):
-            if scoring:
+        for j, i in enumerate(rows):
+            if i in scored:
                 self.scorer.add(req_ids[i], int(lengths[i]), proposal.tokens[j, : full_lengths[j]])
             if k == 0:
                 continue
