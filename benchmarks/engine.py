@@ -38,8 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.vllm_tools import chat_prompt_ids, counter_delta, shutdown, spec_decode_counters
+from rollout.engine_kwargs import sam_engine_kwargs
 from rollout.metrics import counters_delta
-from rollout.settings import sam_engine_kwargs
 
 REPO = Path(__file__).resolve().parents[1]
 K = 3

@@ -18,7 +18,7 @@ import math
 from dataclasses import asdict, dataclass
 
 from benchmarks.vllm_tools import shutdown
-from rollout.settings import sam_engine_kwargs
+from rollout.engine_kwargs import sam_engine_kwargs
 
 
 @dataclass

@@ -11,11 +11,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+from rollout.engine_kwargs import SETTINGS_KEY
 from sam import DraftConfig
 from sam.switch import validate_schedule
 
-SETTINGS_KEY = "sam_spec"
-SAM_PROPOSER = "rollout.proposer.SamProposer"  # speculative_config.model for vLLM's custom_class
 AUTO = "auto"  # schedule: the online switch (sam.auto_switch)
 WHERE = f"additional_config.{SETTINGS_KEY}"
 _DRAFT_FIELDS = (
@@ -110,12 +109,3 @@ class SamSettings:
         extra = getattr(vllm_config, "additional_config", None) or {}
         raw = extra.get(SETTINGS_KEY) if isinstance(extra, Mapping) else getattr(extra, SETTINGS_KEY, None)
         return cls.from_mapping(spec.num_speculative_tokens, raw)
-
-
-def sam_engine_kwargs(k: int, **sam_spec: Any) -> dict:
-    """vLLM engine arguments that turn SAM on, k draft tokens: ``LLM(model, **sam_engine_kwargs(3, threshold=8))``.
-    The settings are checked where the engine reads them (``SamSettings.from_vllm_config``)."""
-    return {
-        "speculative_config": {"method": "custom_class", "model": SAM_PROPOSER, "num_speculative_tokens": k},
-        "additional_config": {SETTINGS_KEY: dict(sam_spec)},
-    }

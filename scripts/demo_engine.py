@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks import engine as bench  # noqa: E402  (imports no vLLM)
-from rollout.settings import sam_engine_kwargs  # noqa: E402
+from rollout.engine_kwargs import sam_engine_kwargs  # noqa: E402
 
 LOG = REPO / "results" / "demo-vllm.log"
 

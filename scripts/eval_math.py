@@ -39,7 +39,7 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks import eval_math as em  # noqa: E402  (imports no vLLM)
 from benchmarks.math_answers import get_scorer  # noqa: E402
-from rollout.settings import sam_engine_kwargs  # noqa: E402
+from rollout.engine_kwargs import sam_engine_kwargs  # noqa: E402
 
 SMOKE_DEFAULTS = {"limit": 4, "n": 2, "max_tokens": 256}
 FULL_DEFAULTS = {"limit": None, "n": 4, "max_tokens": 8192}

@@ -30,7 +30,7 @@ from benchmarks.data import shared_data_dir  # noqa: E402
 from benchmarks.vllm_tools import counter_delta as delta  # noqa: E402
 from benchmarks.vllm_tools import shutdown  # noqa: E402
 from benchmarks.vllm_tools import spec_decode_counters as counters  # noqa: E402
-from rollout.settings import sam_engine_kwargs  # noqa: E402
+from rollout.engine_kwargs import sam_engine_kwargs  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 K = 3

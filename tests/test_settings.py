@@ -3,7 +3,8 @@ reads them."""
 
 import pytest
 
-from rollout.settings import SamSettings, sam_engine_kwargs
+from rollout.engine_kwargs import sam_engine_kwargs
+from rollout.settings import SamSettings
 from rollout.verl.engine_args import check_sam_engine_kwargs
 
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from rollout.settings import SAM_PROPOSER, SETTINGS_KEY, SamSettings
+from rollout.engine_kwargs import SAM_PROPOSER, SETTINGS_KEY
+from rollout.settings import SamSettings
 
 ASCEND_DEVICE = "npu"
 
