@@ -718,11 +718,17 @@ REPEAT_FIELDS = ("tok_per_s", "wall_s", "engine_cpu_s", "engine_steps", "frac_st
 
 
 def summarize_repeats(runs: dict) -> dict:
-    """Per part and setting: tok/s and engine CPU seconds against ``none`` of the same round, as the
-    median and the range over rounds."""
+    """Per part and setting: tok/s and engine CPU seconds against ``none`` of the same round, and tok/s
+    against the fastest other setting of the same round (the best fixed one, for the online switch), as
+    the median and the range over rounds."""
     base = {r["round"]: r for r in runs.get("none", [])}
     out: dict[str, Any] = {}
     for part in ("sampled", "greedy"):
+        speed_by_round: dict[int, dict[str, float]] = {}
+        for name, rs in runs.items():
+            for r in rs:
+                if part in r:
+                    speed_by_round.setdefault(r["round"], {})[name] = r[part]["tok_per_s"]
         rows = {}
         for name, rs in runs.items():
             paired = [(r[part], base[r["round"]][part]) for r in rs if part in r and r["round"] in base]
@@ -738,6 +744,14 @@ def summarize_repeats(runs: dict) -> dict:
                 "cpu_vs_none_median": round(statistics.median(cpu), 3) if cpu else None,
                 "cpu_vs_none_range": [round(min(cpu), 3), round(max(cpu), 3)] if cpu else None,
             }
+            best_other = [
+                r[part]["tok_per_s"] / max(v for other, v in speed_by_round[r["round"]].items() if other != name)
+                for r in rs
+                if part in r and len(speed_by_round[r["round"]]) > 1
+            ]
+            if best_other:
+                rows[name]["speed_vs_best_other_median"] = round(statistics.median(best_other), 3)
+                rows[name]["speed_vs_best_other_range"] = [round(min(best_other), 3), round(max(best_other), 3)]
             compared = [r[part]["vs_none"] for r in rs if part in r and r[part].get("vs_none")]
             if compared:  # greedy: identical to none in how many of the rounds compared
                 rows[name]["identical_rounds"] = [sum(c["identical"] for c in compared), len(compared)]
@@ -865,13 +879,15 @@ def format_table(report: dict) -> str:
     for part, rows in report.get("summary", {}).get("repeats", {}).items():
         lines.append(f"### {part}, interleaved repeats: against none of the same round, median [range]")
         lines.append("")
-        lines.append("| setting | rounds | tok/s per round | x none | engine CPU s x none |")
-        lines.append("|---|---|---|---|---|")
+        lines.append("| setting | rounds | tok/s per round | x none | x fastest other setting | engine CPU s x none |")
+        lines.append("|---|---|---|---|---|---|")
         for name, r in rows.items():
             cpu = "-" if r["cpu_vs_none_median"] is None else f"{r['cpu_vs_none_median']:.3f} {r['cpu_vs_none_range']}"
+            best = r.get("speed_vs_best_other_median")
+            best = "-" if best is None else f"{best:.3f} {r['speed_vs_best_other_range']}"
             lines.append(
                 f"| {name} | {r['rounds']} | {', '.join(f'{v:.1f}' for v in r['tok_per_s'])} | "
-                f"{r['speed_vs_none_median']:.3f} {r['speed_vs_none_range']} | {cpu} |"
+                f"{r['speed_vs_none_median']:.3f} {r['speed_vs_none_range']} | {best} | {cpu} |"
             )
         identity = [f"{name} {r['identical_rounds'][0]}/{r['identical_rounds'][1]}" for name, r in rows.items()
                     if "identical_rounds" in r]  # fmt: skip

@@ -23,7 +23,22 @@ def test_ratios_pair_each_round_with_its_own_none():
     assert k0["cpu_vs_none_median"] == 1.02 and k0["cpu_vs_none_range"] == [1.0, 1.1]
     assert "greedy" not in summarize_repeats(runs)
     table = format_table({"settings": {}, "summary": {"repeats": summarize_repeats(runs)}})
-    assert "| sam_k0 | 3 | 49.0, 40.0, 45.0 | 0.980 [0.9, 1.0] | 1.020 [1.0, 1.1] |" in table
+    assert "| sam_k0 | 3 | 49.0, 40.0, 45.0 | 0.980 [0.9, 1.0] | 0.980 [0.9, 1.0] | 1.020 [1.0, 1.1] |" in table
+
+
+def test_each_setting_is_compared_with_the_fastest_other_setting_of_its_round():
+    """The online switch's greedy target: against the best fixed setting of the same round."""
+    runs = {
+        "none": [run(0, 10.0, 1.0), run(1, 10.0, 1.0)],
+        "fixed_a": [run(0, 20.0, 1.0), run(1, 15.0, 1.0)],
+        "fixed_b": [run(0, 18.0, 1.0), run(1, 16.0, 1.0)],
+        "sam_auto": [run(0, 19.0, 1.0), run(1, 16.0, 1.0)],
+    }
+    rows = summarize_repeats(runs)["sampled"]
+    assert rows["sam_auto"]["speed_vs_best_other_median"] == 0.975  # 19 / 20, 16 / 16
+    assert rows["sam_auto"]["speed_vs_best_other_range"] == [0.95, 1.0]
+    assert rows["fixed_a"]["speed_vs_best_other_median"] == 0.995  # 20 / 19, 15 / 16
+    assert rows["none"]["speed_vs_best_other_range"] == [0.5, 0.625]
 
 
 def test_greedy_identity_is_counted_over_the_rounds_compared():
