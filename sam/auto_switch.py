@@ -15,8 +15,9 @@ What is learnt, from the steps themselves (clean steps only: no request started,
   drafted steps' relative cost ``drafted / plain - 1`` against their ``d``, which gives ``f`` and ``s``
   (``cost_line``; all of it per token while the drafts' sizes are too alike to tell them apart);
 - per draft position, ``a_j`` and ``f_j``, from scoring rounds: every ``max_k + 1`` steps the stepper
-  takes a full (K-token) draft for every decode row, whether or not it sends it, and scores it against
-  the tokens the engine emits next. That is unbiased whatever k is chosen: a verified draft token is
+  takes a full (K-token) draft for every decode row, whether or not it sends it (at a small batch, the
+  rows of the steps between as well, up to ACCEPT_HALF_LIFE_ROWS a round), and scores it against the
+  tokens the engine emits next. That is unbiased whatever k is chosen: a verified draft token is
   accepted with the target's probability of it, which is the chance that the emitted token equals it
   (rejection sampling is lossless). So acceptance is learnt also while the switch is not drafting, and
   a rise in it (a greedy batch after a sampled one, a repetitive stretch) is seen within a few rounds.
