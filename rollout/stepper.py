@@ -27,6 +27,9 @@ from sam.auto_switch import AutoSwitch
 from sam.switch import ScheduleSwitch, threshold_schedule
 
 NBYTES_EVERY = 64  # calls between two readings of the drafter's bytes (a sum over its automata)
+# an interval between two calls spent more than this share inside the last call (numba compiling at a
+# first use: seconds on a fresh machine) is not an engine step: the switch does not time it
+OWN_TIME_SHARE = 0.5
 
 
 def prompt_group_key(prompt: np.ndarray) -> tuple[int, bytes]:
@@ -44,7 +47,8 @@ class SamStepper:
 
     The switch sees every step: its batch, how long it took (from the start of the previous call to
     the start of this one, which spans the engine step that verified the previous drafts) and whether
-    it was clean (no prefill in it). A switch that learns acceptance also gets the scoring rounds.
+    it was clean (no prefill in it); an interval spent mostly in the stepper itself is not timed. A
+    switch that learns acceptance also gets the scoring rounds.
     """
 
     def __init__(
@@ -65,6 +69,7 @@ class SamStepper:
         self.metrics = SamMetrics(self.k)
         self._asked: dict = {}  # the last step's drafted rows: req_id -> (num_tokens then, draft length)
         self._last_call = None  # perf_counter() at the start of the last call
+        self._last_own_ms = 0.0  # how long the last call took
         self._last_draft_tokens = 0
         self._started_since_round = 0  # requests started since the last scoring round began
         self.paused = False  # speculation switched off at run time (pause)
@@ -122,7 +127,8 @@ class SamStepper:
         clean = started == 0 and len(decode_rows) == scheduled  # no prefill in the step
         if self._last_call is not None and clean and not self.paused:
             step_ms = 1e3 * (t0 - self._last_call)
-            self.switch.observe_cost(scheduled, self._last_draft_tokens / scheduled, step_ms)
+            if self._last_own_ms < OWN_TIME_SHARE * step_ms:
+                self.switch.observe_cost(scheduled, self._last_draft_tokens / scheduled, step_ms)
         try:  # every row's committed tokens (accepted + bonus), also when speculation is off
             self.drafter.sync(req_ids, token_ids_cpu[:n], lengths)
         except ValueError as e:  # a row shorter than what the drafter saw: rebuild those requests
@@ -146,7 +152,9 @@ class SamStepper:
         self._last_call = None if self.paused else t0
         if m.calls % NBYTES_EVERY == 0:
             m.peak_drafter_nbytes = max(m.peak_drafter_nbytes, self.drafter.nbytes)
-        self._account_time(self._clock() - t0)
+        own = self._clock() - t0
+        self._last_own_ms = 1e3 * own
+        self._account_time(own)
         return out
 
     # -- the parts of a step -----------------------------------------------------------------
