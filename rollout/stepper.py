@@ -30,12 +30,47 @@ NBYTES_EVERY = 64  # calls between two readings of the drafter's bytes (a sum ov
 # an interval between two calls spent more than this share inside the last call (numba compiling at a
 # first use: seconds on a fresh machine) is not an engine step: the switch does not time it
 OWN_TIME_SHARE = 0.5
+COMPILE_STEPS = 32  # compile_kernels' session: several scoring rounds, plain, probing and drafted steps
 
 
 def prompt_group_key(prompt: np.ndarray) -> tuple[int, bytes]:
     """GRPO siblings share the prompt token ids; hash them to a group key."""
     p = np.ascontiguousarray(prompt, dtype=np.int64)
     return (int(p.shape[0]), hashlib.blake2b(p.tobytes(), digest_size=16).digest())
+
+
+def compile_kernels(settings: SamSettings) -> float:
+    """A short synthetic session through a throwaway stepper with these settings, so that numba compiles
+    the kernels of an engine step (or loads them from its cache) before the engine serves: on a fresh
+    machine that takes about 18 s on 2 cores, which would otherwise stall the first rollout's first
+    steps. Returns the seconds it took."""
+    t0 = time.perf_counter()
+    clock = [0.0]  # simulated: each engine step takes 50 ms, so that the switch times the steps
+    width = 4 * (COMPILE_STEPS + 16)
+    st = SamStepper(settings, max_model_len=width, clock=lambda: clock[0])
+    period = np.arange(5, 10, dtype=np.int32)
+    prompts = [np.tile(period, 3), np.tile(period, 3), np.arange(20, 30, dtype=np.int32), np.tile(period, 2)]
+    prompt_lengths = np.array([len(p) for p in prompts], dtype=np.int32)  # dtypes as in vLLM's input batch
+    lengths = prompt_lengths.copy()
+    rows = np.zeros((len(prompts), width), dtype=np.int32)
+    for i, p in enumerate(prompts):
+        rows[i, : len(p)] = p
+    req_ids = ["a", "b", "c", "d"]  # a and b are siblings (one group)
+    drafts: list[list[int]] = [[] for _ in prompts]
+    for s in range(COMPILE_STEPS):
+        if s == COMPILE_STEPS // 2:  # a finished request's response goes to its group and the history
+            st.finish("d")
+            req_ids[3], lengths[3], drafts[3] = "e", prompt_lengths[3], []
+        sampled = []
+        for i, draft in enumerate(drafts):  # the engine: drafts of the period accepted, then a bonus token
+            n = int(lengths[i])
+            new = [int(period[(n + j) % 5]) for j in range(len(draft) + 1)]
+            rows[i, n : n + len(new)] = new
+            lengths[i] = n + len(new)
+            sampled.append(new)
+        clock[0] += 0.05
+        drafts = st.step(req_ids, prompt_lengths, sampled, lengths, rows)
+    return time.perf_counter() - t0
 
 
 class SamStepper:

@@ -6,6 +6,12 @@ tests/test_engine_vllm.py.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -15,6 +21,7 @@ from rollout.stepper import SamStepper, prompt_group_key
 from sam.auto_switch import JUMP_KEEP
 
 W = 64  # row width (max_model_len)
+ROOT = Path(__file__).resolve().parents[1]
 
 
 class Batch:
@@ -399,6 +406,72 @@ def test_an_interval_spent_in_the_stepper_itself_is_not_timed():
         clock.now += 0.1
         step(st, b, [[int(b.tok[0, b.len[0] - 1])]])
     assert st.snapshot()["switch"]["buckets"]["1-1"]["plain_step_ms"] == pytest.approx(100.0)
+
+
+@pytest.mark.parametrize("raw", [{"threshold": None, "schedule": "auto"}, {}, {"prompt_store": True}])
+def test_compile_kernels_leaves_nothing_to_compile_in_an_engine_session(raw):
+    """After ``compile_kernels`` (which the engine adapters run before serving), a session shaped like an
+    engine's (vLLM's dtypes, groups of siblings, rows that move when requests finish, a shrinking batch)
+    reaches no numba kernel with a signature it lacks: nothing compiles inside the first rollout. In a
+    fresh process, so that no other test has compiled them."""
+    session = textwrap.dedent(
+        """
+            import json
+            import numpy as np
+            from numba.core.registry import CPUDispatcher
+            import sam._core, sam.auto_switch, sam.switch
+            from rollout.settings import SamSettings
+            from rollout.stepper import SamStepper, compile_kernels
+
+            def signatures():
+                return {f"{m.__name__}.{name}": len(f.signatures) for m in (sam._core, sam.auto_switch, sam.switch)
+                        for name, f in vars(m).items() if isinstance(f, CPUDispatcher)}
+
+            settings = SamSettings.from_mapping(3, SETTINGS)
+            compile_kernels(settings)
+            before = signatures()
+            rng = np.random.default_rng(0)
+            width, rows = 1024, 16
+            st = SamStepper(settings, max_model_len=width)
+            tok = np.zeros((rows, width), dtype=np.int32)
+            length = np.zeros(rows, dtype=np.int32)
+            prompt_len = np.zeros(rows, dtype=np.int32)
+            req_ids, started, draft = [], 0, []
+            for step in range(400):
+                while len(req_ids) < (12 if step < 200 else 3) and started < 40:  # groups of 4; prompts come back
+                    i = len(req_ids)
+                    prompt = np.random.default_rng(started // 4 % 5).integers(0, 50, size=20).astype(np.int32)
+                    tok[i, :20], length[i], prompt_len[i] = prompt, 20, 20
+                    req_ids.append(f"r{started}")
+                    draft.append([])
+                    started += 1
+                sampled = []
+                for i, d in enumerate(draft):
+                    n = int(length[i])
+                    accepted = d[: rng.integers(0, len(d) + 1)] if d else []
+                    new = list(accepted) + [int(rng.integers(0, 50)) if rng.random() < 0.5 else int(tok[i, n - 5])]
+                    new = new[: width - n]
+                    tok[i, n : n + len(new)] = new
+                    length[i] = n + len(new)
+                    sampled.append(new)
+                draft = st.step(req_ids, prompt_len, sampled, length, tok)
+                done = [i for i in range(len(req_ids)) if length[i] >= 200 + 40 * (i % 3) or length[i] >= width - 4]
+                for i in sorted(done, reverse=True):  # vLLM's condense: the last row moves into the hole
+                    st.finish(req_ids[i])
+                    last = len(req_ids) - 1
+                    for a in (tok, length, prompt_len):
+                        a[i] = a[last]
+                    req_ids[i], draft[i] = req_ids[last], draft[last]
+                    req_ids.pop()
+                    draft.pop()
+            after = signatures()
+            print(json.dumps({name: [before[name], n] for name, n in after.items() if n != before[name]}))
+            """
+    )
+    code = session.replace("SETTINGS", repr(raw))
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert json.loads(run.stdout.strip().splitlines()[-1]) == {}
 
 
 def test_auto_schedule_setting():

@@ -39,7 +39,7 @@ def make_ngram_proposer_class(base):
     use) and reads request identity from ``runner.input_batch``.
     """
     from rollout.settings import SamSettings
-    from rollout.stepper import SamStepper
+    from rollout.stepper import SamStepper, compile_kernels
 
     class SamNgramProposer(base):  # type: ignore[misc, valid-type]
         def __init__(self, vllm_config, runner):
@@ -50,6 +50,7 @@ def make_ngram_proposer_class(base):
             self.max_model_len = vllm_config.model_config.max_model_len
             self.settings = SamSettings.from_vllm_config(vllm_config)
             self.stepper = SamStepper(self.settings, self.max_model_len)
+            compile_kernels(self.settings)  # before serving: not inside the first rollout's steps
 
         def load_model(self, *args, **kwargs):
             pass

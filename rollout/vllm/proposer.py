@@ -20,7 +20,7 @@ from vllm.logger import init_logger
 
 from rollout.metrics import SamMetrics
 from rollout.settings import SamSettings
-from rollout.stepper import SamStepper
+from rollout.stepper import SamStepper, compile_kernels
 from rollout.vllm import runner_patch, undrafted_steps
 
 # under "vllm." so that vLLM's configured handler prints it in engine processes
@@ -39,7 +39,8 @@ class SamProposer:
         self._scheduler_output = None
         runner_patch.apply()
         undrafted_steps.install()  # also without the plugin installed (verl workers on PYTHONPATH)
-        logger.info("SAM proposer: %s", asdict(self.settings))
+        seconds = compile_kernels(self.settings)  # before serving: not inside the first rollout's steps
+        logger.info("SAM proposer: %s; kernels ready in %.1f s", asdict(self.settings), seconds)
 
     # called by the runner patch around each propose
     def bind_step(self, input_batch, scheduler_output) -> None:
