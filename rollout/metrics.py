@@ -43,7 +43,7 @@ class SamMetrics:
         self.steps = 0  # calls with at least one decode row
         self.steps_on = 0  # of those, calls where speculation was on (threshold)
         self.drafter_seconds = 0.0
-        self.first_call_seconds = 0.0  # includes numba compilation in a fresh process
+        self.first_call_seconds = 0.0  # the proposer's first call (its numba kernels compile before serving)
         self.num_drafts = 0  # rows that received >= 1 draft token
         self.num_draft_tokens = 0
         self.num_measured_drafts = 0  # drafts whose outcome was observed
