@@ -386,8 +386,7 @@ def test_steps_with_prefill_teach_the_switch_nothing():
 def test_an_interval_spent_in_the_stepper_itself_is_not_timed():
     """On a fresh machine a call compiles numba functions at their first use (seconds inside the call):
     the interval after it is the stepper's, not the engine's. Timed, it would become the bucket's plain
-    step and make every drafted step there look free for a long time (the first demo run on a new
-    machine drafted at batch 2 on a plain step of 183 ms against 27)."""
+    step and make every drafted step there look free for a long time (docs/vllm-hooks.md)."""
     clock = Clock()
     st = SamStepper(settings(threshold=None, schedule="auto"), max_model_len=W, clock=clock)
     b = Batch()
@@ -408,7 +407,9 @@ def test_an_interval_spent_in_the_stepper_itself_is_not_timed():
     assert st.snapshot()["switch"]["buckets"]["1-1"]["plain_step_ms"] == pytest.approx(100.0)
 
 
-@pytest.mark.parametrize("raw", [{"threshold": None, "schedule": "auto"}, {}, {"prompt_store": True}])
+@pytest.mark.parametrize(
+    "raw", [{"threshold": None, "schedule": "auto"}, {}, {"prompt_store": True}, {"history_tokens": 2048}]
+)
 def test_compile_kernels_leaves_nothing_to_compile_in_an_engine_session(raw):
     """After ``compile_kernels`` (which the engine adapters run before serving), a session shaped like an
     engine's (vLLM's dtypes, groups of siblings, rows that move when requests finish, a shrinking batch)
