@@ -42,7 +42,7 @@ def prompt_group_key(prompt: np.ndarray) -> tuple[int, bytes]:
 def compile_kernels(settings: SamSettings) -> float:
     """A short synthetic session through a throwaway stepper with these settings, so that numba compiles
     the kernels of an engine step (or loads them from its cache) before the engine serves: on a fresh
-    machine that takes about 18 s on 2 cores, which would otherwise stall the first rollout's first
+    machine that takes 18-20 s on 2 cores, which would otherwise stall the first rollout's first
     steps. Returns the seconds it took."""
     t0 = time.perf_counter()
     clock = [0.0]  # simulated: each engine step takes 50 ms, so that the switch times the steps
