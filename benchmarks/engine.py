@@ -299,6 +299,12 @@ def _pause_sam(worker, paused: bool) -> bool:
     return worker_sam_pause(worker, paused)
 
 
+def _cpu_kernels(worker) -> str | None:
+    from benchmarks.cpu_isa import cpu_kernel_library
+
+    return cpu_kernel_library()
+
+
 def _drafter_name(worker) -> str | None:
     d = getattr(worker.model_runner, "drafter", None)
     return None if d is None else f"{type(d).__module__}.{type(d).__name__}"
@@ -576,6 +582,7 @@ def open_engine(
         }
         llm.collective_rpc(_probe_install)
         info["engine"]["drafter_class"] = llm.collective_rpc(_drafter_name)[0]
+        info["engine"]["cpu_kernels"] = llm.collective_rpc(_cpu_kernels)[0]  # vLLM's library: _C_AVX2, ...
         if warm:
             t0 = time.perf_counter()
             warm_every_batch_size(llm, wl.prompt_token_ids, max(wl.prompts * wl.n, wl.greedy_prompts, 2))

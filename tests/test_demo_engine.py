@@ -1,5 +1,7 @@
 """The README's main job, small: scripts/demo_engine.py end to end in a real engine, in two cycles (the
-sampled batch off, on, on, off twice; the greedy batch in two pairs), with its greedy identity check."""
+sampled batch off, on, on, off twice; the greedy batch in two pairs), with its greedy identity check.
+On a CPU with AVX-512 it runs a second time as on one without (vLLM's ``_C_AVX2`` kernels,
+``benchmarks.cpu_isa``), so that the path of such machines is tested here too."""
 
 from __future__ import annotations
 
@@ -11,6 +13,8 @@ from pathlib import Path
 import pytest
 from conftest import require, require_module
 
+from benchmarks.cpu_isa import host_has_avx512, isa_env
+
 pytestmark = pytest.mark.engine
 
 require_module("vllm")
@@ -18,8 +22,11 @@ require_module("vllm")
 REPO = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory) -> dict:
+ISAS = ["host", "avx2"] if host_has_avx512() else ["host"]  # without AVX-512 the host is the AVX2 case
+
+
+@pytest.fixture(scope="module", params=ISAS)
+def demo(request, tmp_path_factory) -> dict:
     from benchmarks.tiny_model import ensure_smollm2
 
     try:
@@ -35,9 +42,20 @@ def demo(tmp_path_factory) -> dict:
         capture_output=True,
         text=True,
         timeout=900,
+        env=isa_env(request.param),
     )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    return {"report": json.loads((out / "demo.json").read_text()), "stdout": r.stdout, "log": out / "vllm.log"}
+    report = json.loads((out / "demo.json").read_text())
+    return {"report": report, "stdout": r.stdout, "log": out / "vllm.log", "isa": request.param}
+
+
+def test_vllm_ran_the_kernels_of_the_cpu_it_was_shown(demo):
+    kernels = demo["report"]["engine"]["cpu_kernels"]
+    if demo["isa"] == "avx2" or not host_has_avx512():
+        assert kernels == "_C_AVX2"
+    else:
+        assert kernels in ("_C", "_C_AVX512")  # _C: with AVX-512 BF16
+    assert f"(kernels {kernels})" in demo["stdout"]
 
 
 def test_every_round_ran_and_both_arms_did_the_same_work(demo):
