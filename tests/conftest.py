@@ -16,9 +16,20 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.cpu_isa import host_has_avx512
+
 sys.path.insert(0, str(Path(__file__).parent))  # `from conftest import require` in test modules
 
 OWN_PACKAGES = ("sam", "rollout", "benchmarks")
+
+# vLLM's CPU kernels come in an AVX-512 and an AVX2 build; a host with AVX-512 tests both
+CPU_ISAS = ["host", "avx2"] if host_has_avx512() else ["host"]
+
+
+@pytest.fixture(params=CPU_ISAS)
+def cpu_isa(request) -> str:
+    """ "host", and "avx2" (as on a CPU without AVX-512, benchmarks.cpu_isa) where the host has AVX-512."""
+    return request.param
 
 
 def strict() -> bool:

