@@ -53,8 +53,8 @@ def cpu_kernel_library() -> str | None:
     except OSError:
         return None
     for line in maps.splitlines():
-        path = line.split()[-1] if line.split() else ""
-        parent, name = os.path.split(path)
+        fields = line.split()
+        parent, name = os.path.split(fields[-1] if fields else "")
         if os.path.basename(parent) == "vllm" and name.startswith("_C") and name.endswith(".so"):
             return name.split(".")[0]
     return None

@@ -28,7 +28,7 @@ CPU_ISAS = ["host", "avx2"] if host_has_avx512() else ["host"]
 
 @pytest.fixture(params=CPU_ISAS)
 def cpu_isa(request) -> str:
-    """ "host", and "avx2" (as on a CPU without AVX-512, benchmarks.cpu_isa) where the host has AVX-512."""
+    """The CPU to run as: the host, and where it has AVX-512 also "avx2" (benchmarks.cpu_isa)."""
     return request.param
 
 
