@@ -45,6 +45,13 @@ def isa_env(isa: str, env: dict | None = None) -> dict:
     return out
 
 
+def kernel_libraries_for(isa: str) -> tuple[str, ...]:
+    """The vLLM CPU kernel libraries a process run as on ``isa`` here loads: one of these."""
+    if isa == "avx2" or not host_has_avx512():
+        return ("_C_AVX2",)
+    return ("_C", "_C_AVX512")  # _C: with AVX-512 BF16
+
+
 def cpu_kernel_library() -> str | None:
     """Which of vLLM's CPU kernel libraries this process has loaded (``_C``, ``_C_AVX512``, ``_C_AVX2``),
     from its memory map; None if none is (or on a system without /proc)."""

@@ -8,7 +8,7 @@ import sys
 import pytest
 from conftest import require_module
 
-from benchmarks.cpu_isa import AVX2_CAPS, AVX2_SITE, isa_env
+from benchmarks.cpu_isa import AVX2_CAPS, AVX2_SITE, host_has_avx512, isa_env, kernel_libraries_for
 
 REPO = AVX2_SITE.parents[1]
 
@@ -63,3 +63,8 @@ def test_a_script_and_the_processes_it_spawns_see_no_avx512(tmp_path):
     r = _run("avx2", str(script))
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.split("\n")[0] == "(False, 'AVX2') (False, 'AVX2')"
+
+
+def test_the_expected_kernel_libraries_follow_the_isa():
+    assert kernel_libraries_for("avx2") == ("_C_AVX2",)
+    assert kernel_libraries_for("host") == (("_C", "_C_AVX512") if host_has_avx512() else ("_C_AVX2",))

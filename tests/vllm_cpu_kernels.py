@@ -16,7 +16,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from benchmarks.cpu_isa import isa_env
+from benchmarks.cpu_isa import isa_env, kernel_libraries_for
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -37,7 +37,7 @@ def run_with_cpu_kernels(snippet: str, *args: str, env: dict | None = None, time
         [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=timeout, env=full_env, cwd=REPO
     )
     assert r.returncode == 0, f"exit {r.returncode}: {r.stderr[-3000:]}"
-    if isa == "avx2":
-        assert "KERNELS _C_AVX2" in r.stdout.splitlines(), r.stdout[-2000:]
+    (kernels,) = [x.removeprefix("KERNELS ") for x in r.stdout.splitlines() if x.startswith("KERNELS ")]
+    assert kernels in kernel_libraries_for(isa), r.stdout[-2000:]
     (line,) = [x for x in r.stdout.splitlines() if x.startswith("RESULT ")]
     return json.loads(line.removeprefix("RESULT "))
