@@ -27,6 +27,7 @@ COUNTERS = (
     "decode_row_steps",
     "requests_started",
     "requests_finished",
+    "requests_with_store",
 )
 
 
@@ -52,6 +53,7 @@ class SamMetrics:
         self.decode_row_steps = 0  # decode rows seen (one per request per step)
         self.started = 0
         self.finished = 0
+        self.started_with_store = 0  # started requests whose prompt had responses in the prompt store
         self.peak_drafter_nbytes = 0  # sampled every NBYTES_EVERY calls
 
     def as_dict(self) -> dict:
@@ -76,6 +78,7 @@ class SamMetrics:
             "decode_row_steps": self.decode_row_steps,
             "requests_started": self.started,
             "requests_finished": self.finished,
+            "requests_with_store": self.started_with_store,
             "peak_drafter_nbytes": self.peak_drafter_nbytes,
         }
 
@@ -148,5 +151,7 @@ def step_metrics_from_deltas(d: Mapping[str, float], engines: int) -> dict[str, 
         f"{p}accepted_tokens": accepted,
         f"{p}requests_started": d["requests_started"],
         f"{p}requests_finished": d["requests_finished"],
+        # started requests that draft from their prompt's earlier responses (prompt store)
+        f"{p}requests_with_store": d["requests_with_store"],
         f"{p}engines": float(engines),
     }

@@ -195,16 +195,19 @@ class SamStepper:
     # -- the parts of a step -----------------------------------------------------------------
     def _start_new(self, req_ids, num_prompt_tokens, token_ids_cpu) -> int:
         """New requests start from their prompt, grouped by prompt tokens. Returns how many started."""
-        started = 0
+        started = with_store = 0
         for i, rid in enumerate(req_ids):
             if rid not in self.drafter:
-                self._start(rid, token_ids_cpu[i, : int(num_prompt_tokens[i])])
+                with_store += self._start(rid, token_ids_cpu[i, : int(num_prompt_tokens[i])])
                 started += 1
         self.metrics.started += started
+        self.metrics.started_with_store += with_store
         return started
 
-    def _start(self, req_id, prompt: np.ndarray) -> None:
-        self.drafter.start(req_id, prompt, group=prompt_group_key(prompt) if self.settings.group_aware else None)
+    def _start(self, req_id, prompt: np.ndarray) -> bool:
+        """Start a request; returns whether it drafts from the prompt store's responses too."""
+        group = prompt_group_key(prompt) if self.settings.group_aware else None
+        return self.drafter.start(req_id, prompt, group=group)
 
     def _observe_last_step(self, req_ids, sampled_token_ids, lengths) -> None:
         """How far each row drafted last step advanced: the acceptance metrics."""

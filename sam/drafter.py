@@ -170,9 +170,10 @@ class BatchDrafter:
             self._history[0] = self._automata.new()
 
     # ------------------------------------------------------------------ life cycle --------------
-    def start(self, req_id: Hashable, prompt, group: Hashable | None = None) -> None:
+    def start(self, req_id: Hashable, prompt, group: Hashable | None = None) -> bool:
         """Begin a request. Siblings pass the same `group` and must pass the same prompt. With the
-        prompt store on, a new group's automaton also gets the stored responses to its prompt."""
+        prompt store on, a new group's automaton also gets the stored responses to its prompt.
+        Returns whether the request drafts from stored responses (its group found some)."""
         if req_id in self._slot:
             raise ValueError(f"request {req_id!r} was already started")
         prompt = as_token_array(prompt, f"prompt of request {req_id!r}")
@@ -205,6 +206,7 @@ class BatchDrafter:
         self._slot[req_id] = slot
         self._group_of[req_id] = key
         core.track_history(self._automata.table, self._cursor, self._history, slot, prompt)
+        return entry.store >= 0
 
     def finish(self, req_id: Hashable, keep: bool = True) -> None:
         """End a request and free what only it used; its response joins the history and the prompt
@@ -223,6 +225,17 @@ class BatchDrafter:
                 self._automata.free(entry.store)
             del self._groups[key]
         self._free_slots.append(slot)
+
+    def load_prompt_store(self, path: str) -> str | None:
+        """Replace the prompt store by the one saved at `path` (`PromptStore.load`, fitted to this
+        config's budget and cap). Returns None, or why the store starts empty. Live requests keep the
+        stored responses their group got at start; what they finish goes to the new store."""
+        if self.prompt_store is None:
+            raise ValueError("load_prompt_store needs the prompt store on (DraftConfig.prompt_store)")
+        self.prompt_store, problem = PromptStore.load(
+            path, self.config.prompt_store_bytes, self.config.prompt_store_tokens
+        )
+        return problem
 
     # ------------------------------------------------------------------ tokens -----------------
     def extend(self, req_ids: Sequence[Hashable], tokens, counts) -> None:

@@ -12,18 +12,35 @@ prompt, as raw tokens, within a byte budget.
 - Over the byte budget, whole prompts go, least recently updated first.
 - `nbytes` counts the token arrays, the keys and a fixed allowance per prompt and per response for the
   Python objects around them (measured by tests/test_prompt_store.py with tracemalloc).
+- `save`/`load`: a versioned file (docs/prompt-store.md), so the store outlives the engine (a training
+  checkpoint and resume). Both stream the tokens: neither holds a second copy of the store.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
+import os
+import tempfile
+import zipfile
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
+logger = logging.getLogger(__name__)
+
 ENTRY_OVERHEAD_BYTES = 400  # per prompt: the key object, the entry and its list, the dict slot
 RESPONSE_OVERHEAD_BYTES = 120  # per response: the array object and its list slot
+
+FORMAT_VERSION = 1  # of the saved file; a file of another version is not read (docs/prompt-store.md)
+KEY_BYTES = 16
+TOKEN_DTYPE = np.dtype("<i4")  # tokens on disk, whatever the machine's byte order
+
+
+class PromptStoreFileError(ValueError):
+    """A prompt store file that cannot be used; the message names the file and the reason."""
 
 
 @dataclass
@@ -85,8 +102,139 @@ class PromptStore:
         """Keep a finished response (copied) as the newest of its prompt; evict to stay in budget."""
         if response.size == 0:
             return
-        response = np.array(response[: self.tokens_per_prompt], dtype=np.int32)
-        key = prompt_key(prompt)
+        self._add(prompt_key(prompt), np.array(response[: self.tokens_per_prompt], dtype=np.int32))
+
+    def items(self) -> Iterator[tuple[bytes, list[np.ndarray]]]:
+        """(key, responses oldest first) per prompt, least recently updated prompt first."""
+        for key, entry in self._entries.items():
+            yield key, list(entry.responses)
+
+    # ------------------------------------------------------------------ file ------------------
+    def save(self, path: str) -> int:
+        """Write the store to `path` (docs/prompt-store.md), atomically: a temporary file in the same
+        folder, renamed over `path` when complete. Creates the folder. Returns the file's bytes;
+        raises OSError when it cannot be written (and leaves no temporary file)."""
+        folder = os.path.dirname(os.path.abspath(path))
+        os.makedirs(folder, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=os.path.basename(path) + ".", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                self._write(f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+            raise
+        return os.path.getsize(path)
+
+    @classmethod
+    def load(cls, path: str, budget_bytes: int, tokens_per_prompt: int) -> tuple[PromptStore, str | None]:
+        """The store saved at `path` with this budget and per-prompt cap, and None; or, when the file
+        cannot be used (missing, another format version, corrupt or truncated), an empty store and
+        the reason, also logged as a warning: the run goes on without the saved responses.
+
+        Contents and their order are kept; past a smaller budget or cap, what `add` would drop goes
+        (least recently updated prompts first). hits, misses, offered and added tokens start at zero;
+        evicted_prompts and dropped_responses count what the file held but the store does not."""
+        store = cls(budget_bytes, tokens_per_prompt)
+        try:
+            with zipfile.ZipFile(path) as archive:
+                store._read(archive)
+        except FileNotFoundError:
+            return cls._unused(path, "no such file", budget_bytes, tokens_per_prompt)
+        except Exception as e:  # whatever a damaged file makes zipfile or numpy raise: never stop the run
+            reason = str(e) if isinstance(e, PromptStoreFileError) else f"{type(e).__name__}: {e}"
+            return cls._unused(path, reason, budget_bytes, tokens_per_prompt)
+        return store, None
+
+    @classmethod
+    def _unused(cls, path: str, reason: str, budget_bytes: int, tokens_per_prompt: int) -> tuple[PromptStore, str]:
+        problem = f"SAM prompt store file {path} not used ({reason}); the prompt store starts empty"
+        logger.warning(problem)
+        return cls(budget_bytes, tokens_per_prompt), problem
+
+    def _write(self, f) -> None:
+        keys, counts, lengths = [], [], []
+        for key, entry in self._entries.items():
+            keys.append(np.frombuffer(key, dtype=np.uint8))
+            counts.append(len(entry.responses))
+            lengths.extend(r.size for r in entry.responses)
+        arrays = {
+            "format_version": np.int64(FORMAT_VERSION),
+            "budget_bytes": np.int64(self.budget_bytes),
+            "tokens_per_prompt": np.int64(self.tokens_per_prompt),
+            "keys": np.array(keys, dtype=np.uint8).reshape(-1, KEY_BYTES),
+            "response_offsets": _offsets(counts),
+            "token_offsets": _offsets(lengths),
+        }
+        with zipfile.ZipFile(f, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
+            for name, array in arrays.items():
+                with archive.open(name + ".npy", "w", force_zip64=True) as member:
+                    np.lib.format.write_array(member, array, allow_pickle=False)
+            with archive.open("tokens.npy", "w", force_zip64=True) as member:
+                header = {"descr": np.lib.format.dtype_to_descr(TOKEN_DTYPE), "fortran_order": False}
+                np.lib.format.write_array_header_1_0(member, header | {"shape": (int(sum(lengths)),)})
+                for entry in self._entries.values():
+                    for response in entry.responses:
+                        member.write(response.astype(TOKEN_DTYPE, copy=False))
+
+    def _read(self, archive: zipfile.ZipFile) -> None:
+        """Fill this (empty) store from a saved file, replaying its responses in their order;
+        raises PromptStoreFileError (or the zip or numpy error) on anything unexpected."""
+        names = set(archive.namelist())
+        if "format_version.npy" not in names:
+            raise PromptStoreFileError("not a SAM prompt store file: no format_version")
+        version = int(_read_array(archive, "format_version", np.int64, ()))
+        if version != FORMAT_VERSION:
+            raise PromptStoreFileError(f"format version {version}; this code reads version {FORMAT_VERSION}")
+        for name in ("budget_bytes", "tokens_per_prompt"):  # the saving store's; this one keeps its own
+            if int(_read_array(archive, name, np.int64, ())) < 1:
+                raise PromptStoreFileError(f"{name} is not positive")
+        keys = _read_array(archive, "keys", np.uint8, (None, KEY_BYTES))
+        response_offsets = _read_array(archive, "response_offsets", np.int64, (keys.shape[0] + 1,))
+        token_offsets = _read_array(archive, "token_offsets", np.int64, (int(response_offsets[-1]) + 1,))
+        # every stored prompt has a response, and every stored response a token
+        _check_offsets("response_offsets", response_offsets)
+        _check_offsets("token_offsets", token_offsets)
+        lengths = np.diff(token_offsets)
+        with archive.open("tokens.npy") as member:
+            _read_token_header(member, int(token_offsets[-1]))
+            for i, key in enumerate(keys):
+                responses = [
+                    _read_tokens(member, int(n)) for n in lengths[response_offsets[i] : response_offsets[i + 1]]
+                ]
+                for response in self._within_cap(responses):
+                    self._add(key.tobytes(), response)
+            if member.read(1):  # also makes zipfile check the member's CRC, if it has not yet
+                raise PromptStoreFileError("tokens.npy holds more tokens than token_offsets says")
+        self._stats = PromptStoreStats(  # what the file held but the budget and cap leave out
+            evicted_prompts=keys.shape[0] - self._stats.prompts,
+            dropped_responses=lengths.size - self._stats.responses,
+            prompts=self._stats.prompts,
+            responses=self._stats.responses,
+            tokens=self._stats.tokens,
+            nbytes=self._stats.nbytes,
+        )
+
+    def _within_cap(self, responses: list[np.ndarray]) -> list[np.ndarray]:
+        """What `add` keeps of a prompt's responses (oldest first) under this store's cap: each cut to
+        its beginning, then the newest that fit. Fitting them first keeps a load from evicting for
+        responses the cap drops anyway."""
+        cap = self.tokens_per_prompt
+        kept, tokens = [], 0
+        for response in reversed(responses):
+            response = response[:cap].copy() if response.size > cap else response
+            if tokens + response.size > cap:
+                break
+            kept.append(response)
+            tokens += response.size
+        return kept[::-1]
+
+    def _add(self, key: bytes, response: np.ndarray) -> None:
+        """Keep `response` (an int32 array the store now owns, 1 to tokens_per_prompt tokens) as the
+        newest of the prompt with this key; evict to stay in budget."""
         entry = self._entries.pop(key, None)
         if entry is None:
             entry = _Entry()
@@ -127,3 +275,52 @@ class PromptStore:
         self._stats.prompts -= 1
         self._stats.evicted_prompts += 1
         self._stats.dropped_responses += len(entry.responses)
+
+
+def _offsets(counts: list[int]) -> np.ndarray:
+    out = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=out[1:])
+    return out
+
+
+def _read_array(archive: zipfile.ZipFile, name: str, dtype, shape: tuple) -> np.ndarray:
+    """Member `name`.npy, checked for dtype and shape (None: any length on that axis)."""
+    try:
+        with archive.open(name + ".npy") as member:
+            array = np.lib.format.read_array(member, allow_pickle=False)
+    except KeyError:
+        raise PromptStoreFileError(f"{name}.npy is missing") from None
+    if array.dtype != dtype or array.ndim != len(shape):
+        raise PromptStoreFileError(f"{name} is {array.dtype} {array.shape}, expected {np.dtype(dtype)} {shape}")
+    if any(want is not None and got != want for got, want in zip(array.shape, shape)):
+        raise PromptStoreFileError(f"{name} has shape {array.shape}, expected {shape}")
+    return array
+
+
+def _check_offsets(name: str, offsets: np.ndarray) -> None:
+    if offsets[0] != 0 or (offsets.size > 1 and np.diff(offsets).min() < 1):
+        raise PromptStoreFileError(f"{name} does not start at 0 and grow by at least 1 at each step")
+
+
+def _read_token_header(member, count: int) -> None:
+    version = np.lib.format.read_magic(member)
+    if version != (1, 0):
+        raise PromptStoreFileError(f"tokens.npy has a version {version} array header, expected (1, 0)")
+    shape, fortran_order, dtype = np.lib.format.read_array_header_1_0(member)
+    if dtype != TOKEN_DTYPE or fortran_order or shape != (count,):
+        raise PromptStoreFileError(f"tokens.npy is {dtype} {shape}, expected {TOKEN_DTYPE} ({count},)")
+
+
+def _read_tokens(member, count: int) -> np.ndarray:
+    """The next `count` tokens of an open tokens.npy, as a new int32 array; token ids are >= 0."""
+    response = np.empty(count, dtype=TOKEN_DTYPE)
+    view = memoryview(response).cast("B")
+    done = 0
+    while done < view.nbytes:
+        got = member.readinto(view[done:])
+        if not got:
+            raise PromptStoreFileError("tokens.npy ends early (truncated file)")
+        done += got
+    if count and response.min() < 0:
+        raise PromptStoreFileError("tokens.npy holds a negative token id")
+    return response.astype(np.int32, copy=False)
