@@ -27,7 +27,15 @@ import sys
 import time
 from collections.abc import Sequence
 
-from rollout.verl.recipe_config import CORE, REPO, TRAINERS, RecipeError, load_recipe, recipe_dir
+from rollout.verl.recipe_config import (
+    CORE,
+    REPO,
+    TRAINERS,
+    RecipeError,
+    load_recipe,
+    recipe_dir,
+    router_config_file,
+)
 
 RUNTIME_ENV = REPO / "configs" / "ray" / "runtime_env.yaml"
 # Ray refuses to merge a job's runtime env with the one verl's trainer passes to ray.init when both set
@@ -55,6 +63,13 @@ def joining_cluster_overrides(cfg) -> list[str]:
     """When RAY_ADDRESS names a running cluster, the resources are the cluster's, not ray.init's."""
     ray_init = cfg.ray_kwargs.ray_init
     return [f"ray_kwargs.ray_init.{key}=null" for key in CLUSTER_OWNED_RAY_INIT if ray_init.get(key) is not None]
+
+
+def absolute_path_overrides(cfg) -> list[str]:
+    """verl resolves the router's YAML from the working directory of the trainer's Ray worker, which
+    need not be this repository: pass the path as an absolute one."""
+    path = router_config_file(cfg)
+    return [] if path is None else [f"actor_rollout_ref.rollout.router_config_path={path}"]
 
 
 def runtime_env(cfg) -> dict:
@@ -148,7 +163,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             submission_id = f"sam-{args.recipe}-{time.strftime('%Y%m%d-%H%M%S')}"
             cmd = ray_job_command(launcher_in_job(args), env, submission_id)
         else:
-            overrides = [*args.overrides, *(joining_cluster_overrides(cfg) if os.environ.get("RAY_ADDRESS") else [])]
+            overrides = [*args.overrides, *absolute_path_overrides(cfg)]
+            if os.environ.get("RAY_ADDRESS"):
+                overrides += joining_cluster_overrides(cfg)
             cmd = training_command(args.recipe, config_name, overrides, args.trainer)
         if args.dry_run:
             print_dry_run(cmd, cfg, env)

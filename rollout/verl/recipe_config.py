@@ -131,6 +131,7 @@ def resolve_and_validate(cfg, trainer: str = CORE) -> None:
     if trainer == CORE:
         check_v1_settings(cfg)
     check_sam(cfg)
+    check_router(cfg)
     check_model(cfg)
     check_data(cfg)
     check_parallelism(cfg)
@@ -175,6 +176,50 @@ def check_sam(cfg) -> None:
         raise RecipeError(f"invalid SAM setting: {first_line(e)}") from e
     if bool(cfg.sam.enable) != (settings is not None):
         raise RecipeError("sam.enable disagrees with the engine kwargs; choose the arm with sam=enabled|disabled")
+
+
+def router_config_file(cfg) -> Path | None:
+    """The rollout router's YAML (``actor_rollout_ref.rollout.router_config_path``), a relative path
+    taken from the repository root; None when verl's default router is used."""
+    value = cfg.actor_rollout_ref.rollout.get("router_config_path")
+    if not value:
+        return None
+    path = Path(str(value)).expanduser()
+    return path if path.is_absolute() else REPO / path
+
+
+def check_router(cfg) -> None:
+    """What verl would only find when it builds the router, minutes into the run: the YAML, its
+    router_class, and (for ours) its settings."""
+    path = router_config_file(cfg)
+    if path is None:
+        return
+    key = "actor_rollout_ref.rollout.router_config_path"
+    if not path.is_file():
+        raise RecipeError(f"{key}: {path} not found (sam.routing chooses configs/router/<name>.yaml)")
+    import yaml
+
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise RecipeError(f"{key}: {path} is not valid YAML: {first_line(e)}") from e
+    if not isinstance(raw, dict) or not raw.get("router_class"):
+        raise RecipeError(f"{key}: {path} has no router_class (the load balancer's qualified class name)")
+    if "defaults" in raw:
+        raise RecipeError(f"{key}: {path} has a Hydra defaults block, which verl's router loader rejects")
+    from verl.utils.import_utils import load_class_from_fqn
+
+    try:
+        cls = load_class_from_fqn(raw["router_class"], "load balancer class")
+    except (ImportError, AttributeError, ValueError) as e:
+        raise RecipeError(f"{key}: router_class {raw['router_class']!r} in {path} cannot be loaded: {e}") from e
+    from rollout.verl.router import RouterSettings, SamLoadBalancer
+
+    if isinstance(cls, type) and issubclass(cls, SamLoadBalancer):
+        try:
+            RouterSettings.from_yaml_dict(raw)
+        except ValueError as e:
+            raise RecipeError(f"{key}: {path}: {e}") from e
 
 
 def check_model(cfg) -> None:

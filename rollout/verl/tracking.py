@@ -1,8 +1,10 @@
-"""SAM metrics in verl's logs: ``rollout/sam_*`` added to every training step's metrics dict.
+"""SAM and routing metrics in verl's logs: ``rollout/sam_*`` and ``rollout/route_*`` added to every
+training step's metrics dict.
 
 ``Tracking.log(data, step)`` (``verl/utils/tracking.py``) is how every verl trainer logs one metrics
 dict per step to every backend (console, wandb, file, ...). ``wrap()`` wraps it, in the trainer's
-process, to poll the servers of every live SAM replica (registered by ``SamvLLMReplica``) for their
+process, to poll the servers of every live SAM replica (registered by ``SamvLLMReplica``) and the
+rollout router (our ``SamLoadBalancer``, caught as verl's ``get_router_handle`` builds it) for their
 cumulative counters and add the step's differences. Imports verl lazily and no vLLM.
 """
 
@@ -14,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from rollout.metrics import METRIC_PREFIX, SamStepTracker
+from rollout.routing_metrics import RoutingStepTracker, store_hit_rate_on_revisits
 
 logger = logging.getLogger(__name__)
 
@@ -23,6 +26,9 @@ RPC_TIMEOUT_S = 60.0
 # SAM replicas alive in this process (the trainer's), whose servers are asked for counters.
 _live_replicas: weakref.WeakSet[Any] = weakref.WeakSet()
 _tracker = SamStepTracker()
+_routers: list[Any] = []  # rollout routers built in this process (handles of Ray actors)
+_routing_tracker = RoutingStepTracker()
+ROUTER_FACTORY_MODULE = "verl.workers.rollout.router"
 
 
 def track_replica(replica: Any) -> None:
@@ -31,9 +37,10 @@ def track_replica(replica: Any) -> None:
 
 
 def wrap() -> None:
-    """Wrap verl's ``Tracking.log`` (idempotent)."""
+    """Wrap verl's ``Tracking.log`` and its router factory (idempotent)."""
     from verl.utils.tracking import Tracking
 
+    track_routers()
     if getattr(Tracking.log, _MARK, False):
         return
     original = Tracking.log
@@ -41,6 +48,8 @@ def wrap() -> None:
     def log(self, data, step, *args, **kwargs):
         if is_training_step(data):
             data = {**data, **_tracker.step_metrics(poll_replicas())}
+            data |= _routing_tracker.step_metrics(poll_router())
+            data |= store_hit_rate_on_revisits(data)
             print(step_summary(step, data), flush=True)
         return original(self, data, step, *args, **kwargs)
 
@@ -49,13 +58,35 @@ def wrap() -> None:
     Tracking.log = log
 
 
+def track_routers() -> None:
+    """Keep the handle of every router verl builds here: verl's rollout server manager imports
+    ``get_router_handle`` from its module when it builds the router, so the module's name is wrapped."""
+    import verl.workers.rollout.router as router_module
+
+    original = router_module.get_router_handle
+    if getattr(original, _MARK, False):
+        return
+
+    def get_router_handle(*args, **kwargs):
+        handle = original(*args, **kwargs)
+        _routers.append(handle)
+        return handle
+
+    setattr(get_router_handle, _MARK, True)
+    get_router_handle.__wrapped__ = original
+    router_module.get_router_handle = get_router_handle
+
+
 SUMMARY = (  # (label, metric key, format): what an RL user looks at first, one line per step
     ("reward", "critic/score/mean", "{:.3f}"),
     ("rollout s", "timing_s/gen", "{:.1f}"),
     ("step s", "timing_s/step", "{:.1f}"),
     ("response tokens", "response_length/mean", "{:.1f}"),
+    ("requests", "rollout/requests", "{:.0f}"),
     ("SAM acceptance", f"{METRIC_PREFIX}acceptance_length", "{:.2f}"),
     ("speculation on", f"{METRIC_PREFIX}spec_on_fraction", "{:.0%}"),
+    ("group co-location", "rollout/route_group_colocation", "{:.2f}"),
+    ("store hits on revisits", f"{METRIC_PREFIX}store_hit_rate_on_revisits", "{:.2f}"),
 )
 
 
@@ -87,3 +118,18 @@ def poll_replicas() -> dict[str, dict]:
         if first is not None:
             out[key] = first
     return out
+
+
+def poll_router():
+    """The routing counters of the rollout router, where it is ours (verl's default has none)."""
+    import ray
+
+    for handle in reversed(_routers):  # the newest first: the rollout's, when a teacher's came earlier
+        stats = getattr(handle, "routing_stats", None)
+        if stats is None:
+            continue
+        try:
+            return ray.get(stats.remote(reset_peaks=True), timeout=RPC_TIMEOUT_S)
+        except Exception as e:  # metrics must never stop training
+            logger.warning("routing metrics unavailable: %s", e)
+    return None

@@ -13,12 +13,14 @@ from rollout.verl import launch, recipe_config  # noqa: E402
 from rollout.verl.recipe_config import RecipeError  # noqa: E402
 
 # (recipe, config, threshold, k, max_num_seqs, rollout TP, train batch, prompts in flight (train batches), nodes,
-# strategy): the published generation batch (96, 1536, 128 prompts) as V1's max_inflight_gen_batches
+# strategy, prompt store bytes per replica): the published generation batch (96, 1536, 128 prompts) as V1's
+# max_inflight_gen_batches
 PUBLISHED = [
-    ("dapo_qwen3_32b", "dapo_qwen3_32b", 8, 3, 128, 8, 32, 3, 2, "fsdp"),
-    ("dapo_qwen3_32b", "dapo_qwen3_32b_8node", 4, 4, 256, 8, 512, 3, 8, "fsdp"),
-    ("dapo_qwen3_235b", "dapo_qwen3_235b", 8, 3, 64, 4, 128, 1, 8, "megatron"),
+    ("dapo_qwen3_32b", "dapo_qwen3_32b", 8, 3, 128, 8, 32, 3, 2, "fsdp", 2 << 30),
+    ("dapo_qwen3_32b", "dapo_qwen3_32b_8node", 4, 4, 256, 8, 512, 3, 8, "fsdp", 1 << 30),
+    ("dapo_qwen3_235b", "dapo_qwen3_235b", 8, 3, 64, 4, 128, 1, 8, "megatron", 1 << 30),
 ]
+CPU_PRESETS = [("dapo_smollm2_cpu", "dapo_smollm2_cpu"), ("dapo_smollm2_cpu", "dapo_smollm2_cpu_2replicas")]
 
 
 @pytest.fixture(scope="module")
@@ -35,8 +37,19 @@ def resolved(recipe, name, inputs, *overrides):
     return recipe_config.load_recipe(recipe, name, [*inputs, *overrides])
 
 
-@pytest.mark.parametrize("recipe,name,threshold,k,seqs,tp,train,gen,nodes,strategy", PUBLISHED)
-def test_published_setup(inputs, recipe, name, threshold, k, seqs, tp, train, gen, nodes, strategy):
+CPU_KV_CACHE = {"kv_cache_memory_bytes": 268435456}  # the CPU presets' engine setting, in both arms
+
+
+def composed(recipe, name, inputs, *overrides):
+    """Composed and resolved, without the checks (the CPU presets' checks need this machine's CPU plugin
+    and model, which the fairness comparison does not)."""
+    cfg = recipe_config.compose_recipe(recipe, name, [*inputs, *overrides])
+    OmegaConf.resolve(cfg)
+    return cfg
+
+
+@pytest.mark.parametrize("recipe,name,threshold,k,seqs,tp,train,gen,nodes,strategy,store_bytes", PUBLISHED)
+def test_published_setup(inputs, recipe, name, threshold, k, seqs, tp, train, gen, nodes, strategy, store_bytes):
     cfg = resolved(recipe, name, inputs)
     rollout = cfg.actor_rollout_ref.rollout
     vllm = OmegaConf.to_container(rollout.engine_kwargs.vllm)
@@ -47,7 +60,9 @@ def test_published_setup(inputs, recipe, name, threshold, k, seqs, tp, train, ge
     }
     assert vllm["additional_config"]["sam_spec"]["threshold"] == threshold
     assert vllm["additional_config"]["sam_spec"]["group_aware"] is True
-    assert vllm["additional_config"]["sam_spec"]["prompt_store"] is False  # off in the published A/B arms
+    assert vllm["additional_config"]["sam_spec"]["prompt_store"] is True  # on in the SAM arm, bounded per replica
+    assert vllm["additional_config"]["sam_spec"]["prompt_store_bytes"] == store_bytes
+    assert rollout.router_config_path == "configs/router/prompt_affinity.yaml"
     assert (rollout.max_num_seqs, rollout.tensor_model_parallel_size) == (seqs, tp)
     assert cfg.data.train_batch_size == train and cfg.data.get("gen_batch_size") is None
     assert cfg.algorithm.filter_groups.max_inflight_gen_batches == gen
@@ -104,21 +119,24 @@ def flat(tree, prefix=""):
     return out
 
 
-# what may differ between the arms: SAM itself, and the run's name (hence its log and checkpoints)
+# what may differ between the arms: SAM itself (sam.*, and what the sam group derives from it: the engine
+# kwargs and the router, configs/router/${sam.routing}.yaml), and the run's name (its log and checkpoints)
 ARM_KEYS = (
     "sam.",
     "actor_rollout_ref.rollout.engine_kwargs.vllm.",
+    "actor_rollout_ref.rollout.router_config_path",
     "trainer.experiment_name",
     "actor_rollout_ref.rollout.trace.experiment_name",
     "trainer.default_local_dir",
 )
 
 
-@pytest.mark.parametrize("recipe,name", [(p[0], p[1]) for p in PUBLISHED])
+@pytest.mark.parametrize("recipe,name", [(p[0], p[1]) for p in PUBLISHED] + CPU_PRESETS)
 def test_baseline_differs_only_in_sam(inputs, recipe, name):
-    sam = resolved(recipe, name, inputs)
-    base = resolved(recipe, name, inputs, "sam=disabled")
-    assert OmegaConf.to_container(base.actor_rollout_ref.rollout.engine_kwargs.vllm) == {}
+    sam = composed(recipe, name, inputs)
+    base = composed(recipe, name, inputs, "sam=disabled")
+    assert OmegaConf.to_container(base.actor_rollout_ref.rollout.engine_kwargs.vllm) in ({}, CPU_KV_CACHE)
+    assert (sam.sam.routing, base.sam.routing) == ("prompt_affinity", "least_loaded")  # verl's default policy
     a, b = flat(OmegaConf.to_container(sam)), flat(OmegaConf.to_container(base))
     differing = {k for k in set(a) | set(b) if a.get(k, "<absent>") != b.get(k, "<absent>")}
     assert differing and all(k.startswith(ARM_KEYS) for k in differing), sorted(differing)
@@ -174,3 +192,39 @@ def test_settings_v1_would_ignore_fail_early(inputs, override, message):
         resolved("dapo_qwen3_32b", "dapo_qwen3_32b", inputs, override)
     # verl-recipe's main_dapo reads them: allowed there
     recipe_config.load_recipe("dapo_qwen3_32b", "dapo_qwen3_32b", [*inputs, override], trainer="dapo-recipe")
+
+
+def router_yaml(tmp_path, text):
+    path = tmp_path / "router.yaml"
+    path.write_text(text)
+    return f"actor_rollout_ref.rollout.router_config_path={path}"
+
+
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("policy: prompt_affinity\n", "has no router_class"),
+        ("router_class: rollout.verl.router.NoSuchBalancer\n", "cannot be loaded"),
+        ("router_class: no_such_package.Balancer\n", "cannot be loaded"),
+        ("router_class: rollout.verl.router.SamLoadBalancer\nload_bond: 2\n", "unknown key(s) ['load_bond']"),
+        ("router_class: rollout.verl.router.SamLoadBalancer\npolicy: random\n", "policy must be one of"),
+        ("router_class: [unclosed\n", "not valid YAML"),
+    ],
+)
+def test_a_bad_router_config_fails_before_launch(inputs, tmp_path, text, message):
+    with pytest.raises(RecipeError) as e:
+        resolved("dapo_qwen3_32b", "dapo_qwen3_32b", inputs, router_yaml(tmp_path, text))
+    assert message in str(e.value) and "router_config_path" in str(e.value)
+
+
+def test_routing_is_chosen_by_sam_routing_and_checked(inputs):
+    cfg = resolved("dapo_qwen3_32b", "dapo_qwen3_32b", inputs, "sam.routing=least_loaded")
+    assert cfg.actor_rollout_ref.rollout.router_config_path == "configs/router/least_loaded.yaml"
+    with pytest.raises(RecipeError, match="not found"):
+        resolved("dapo_qwen3_32b", "dapo_qwen3_32b", inputs, "sam.routing=round_robin")
+    # the launcher hands verl an absolute path: its router loader resolves relative ones from the trainer's cwd
+    (override,) = launch.absolute_path_overrides(cfg)
+    assert (
+        override
+        == f"actor_rollout_ref.rollout.router_config_path={recipe_config.REPO}/configs/router/least_loaded.yaml"
+    )
