@@ -51,7 +51,8 @@ def worker_sam_pause(worker, paused: bool) -> bool:
 
 
 def _stepper(worker):
-    drafter = getattr(getattr(worker, "model_runner", None), "drafter", None)
+    runner = getattr(worker, "model_runner", None)
+    drafter = getattr(runner, "drafter", None) or getattr(runner, "speculator", None)  # V1 runner; Model Runner V2
     return getattr(drafter, "stepper", None)
 
 

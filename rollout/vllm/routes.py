@@ -1,0 +1,169 @@
+"""Which of SAM's two vLLM routes the installed vLLM has, and a refusal at engine start where SAM cannot run.
+
+- ``custom_class`` (vLLM 0.23 to 0.32, V1 model runner): ``rollout.proposer.SamProposer``.
+- method ``sam`` (vLLM >= 0.34, Model Runner V2): ``rollout.vllm.speculator``, registered by the plugin.
+
+Both read ``additional_config.sam_spec``. A config that asks for a route this vLLM lacks fails when the
+engine config is built (``EngineArgs.create_engine_config``), naming the version and what to use; on
+the ``sam`` route, a platform whose model runner never builds the speculator fails when the worker
+starts. Imports no SAM code (no numba): the plugin loads it in every vLLM process.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.util
+from collections.abc import Mapping
+
+from rollout.engine_kwargs import SAM_PROPOSER
+from rollout.import_hooks import after_import
+from rollout.vllm import runner_patch
+
+SAM_METHOD = "sam"
+CUSTOM_CLASS = "custom_class"
+REGISTRY_MODULE = "vllm.v1.worker.gpu.spec_decode.speculator_config"  # register_speculative_method (>= 0.34)
+CUSTOM_CLASS_MODULE = "vllm.v1.spec_decode.custom_class_proposer"  # create_custom_proposer (0.23 to 0.32)
+ENGINE_ARGS_MODULE = "vllm.engine.arg_utils"
+WORKER_MODULE = "vllm.v1.worker.worker_base"
+_MARK = "__sam_spec_route_checked__"
+
+USE_SAM_METHOD = "speculative_config={'method': 'sam', 'num_speculative_tokens': k}"
+USE_CUSTOM_CLASS = (
+    f"speculative_config={{'method': 'custom_class', 'model': '{SAM_PROPOSER}', 'num_speculative_tokens': k}}"
+)
+
+
+def available_routes() -> frozenset[str]:
+    """The SAM routes this vLLM offers: ``sam`` and/or ``custom_class``."""
+    routes = set()
+    registry = importlib.util.find_spec(REGISTRY_MODULE)
+    if registry is not None and hasattr(importlib.import_module(REGISTRY_MODULE), "register_speculative_method"):
+        routes.add(SAM_METHOD)
+    if importlib.util.find_spec(CUSTOM_CLASS_MODULE) is not None:
+        routes.add(CUSTOM_CLASS)
+    return frozenset(routes)
+
+
+def requested_route(speculative_config) -> str | None:
+    """The route an engine's ``speculative_config`` (a dict, as users pass it) asks for; None if it
+    does not ask for SAM (the Ascend n-gram route is vllm-ascend's business)."""
+    if not isinstance(speculative_config, Mapping):
+        return None
+    method = speculative_config.get("method")
+    if method == SAM_METHOD:
+        return SAM_METHOD
+    if speculative_config.get("model") == SAM_PROPOSER and method in (None, CUSTOM_CLASS):
+        return CUSTOM_CLASS
+    return None
+
+
+def refusal(version: str, routes: frozenset[str], wanted: str | None) -> str | None:
+    """Why SAM cannot run as asked on this vLLM, and what to use instead; None if it can."""
+    if wanted is None or wanted in routes:
+        return None
+    if not routes:
+        return (
+            f"SAM cannot run on vLLM {version}: it has neither the custom_class speculative method "
+            f"(vLLM 0.23 to 0.32) nor register_speculative_method (vLLM >= 0.34). Use vLLM 0.34 with "
+            f"{USE_SAM_METHOD}, or vLLM 0.23 to 0.32 with {USE_CUSTOM_CLASS}; on Ascend, vllm-ascend with "
+            "method 'ngram' and additional_config.sam_spec (docs/vllm-hooks.md)."
+        )
+    if wanted == CUSTOM_CLASS:
+        return (
+            f"vLLM {version} has no custom_class speculative method (its V1 model runner is gone); SAM runs "
+            f"there as a registered method: {USE_SAM_METHOD}, settings unchanged in additional_config.sam_spec."
+        )
+    return (
+        f"vLLM {version} has no register_speculative_method (it came with vLLM 0.34); SAM runs there as "
+        f"{USE_CUSTOM_CLASS}, settings unchanged in additional_config.sam_spec."
+    )
+
+
+def _vllm_version() -> str:
+    import vllm
+
+    return getattr(vllm, "__version__", "unknown")
+
+
+def guard_engine_start() -> None:
+    """Check the SAM route when vLLM builds an engine config (front end, every version)."""
+    after_import(ENGINE_ARGS_MODULE, _patch_engine_args)
+
+
+def _patch_engine_args() -> None:
+    from vllm.engine.arg_utils import EngineArgs
+
+    original = EngineArgs.create_engine_config
+    if getattr(original, _MARK, False):
+        return
+
+    @functools.wraps(original)
+    def create_engine_config(self, *args, **kwargs):
+        message = refusal(_vllm_version(), available_routes(), requested_route(self.speculative_config))
+        if message is not None:
+            raise ValueError(message)
+        return original(self, *args, **kwargs)
+
+    setattr(create_engine_config, _MARK, True)
+    EngineArgs.create_engine_config = create_engine_config
+
+
+def refuse_bypassing_runner() -> None:
+    """Front end, when a ``sam`` config is built: vLLM 0.34's standalone CPU model runner (non-x86 CPUs
+    without Triton) runs without any speculator."""
+    from vllm.platforms import current_platform
+
+    uses_standalone = getattr(current_platform, "uses_standalone_cpu_model_runner", None)
+    if uses_standalone is not None and uses_standalone():
+        raise ValueError(
+            f"SAM cannot run on vLLM {_vllm_version()} on this CPU: its standalone CPU model runner (non-x86, "
+            "no Triton) builds no speculator. Use an x86 CPU or a GPU with method 'sam', or vLLM 0.23 to 0.32 "
+            f"with {USE_CUSTOM_CLASS}."
+        )
+
+
+def check_runner_built_speculator(worker) -> None:
+    """After a worker built its model runner: with method ``sam``, the runner must hold SAM's speculator
+    (None on pipeline ranks that do not draft). A platform runner that builds none would serve without
+    SAM while the scheduler still schedules draft slots."""
+    spec = getattr(getattr(worker, "vllm_config", None), "speculative_config", None)
+    if getattr(spec, "custom_method", None) != SAM_METHOD:
+        return
+    runner = getattr(worker, "model_runner", None)
+    if runner is None:
+        return
+    speculator = getattr(runner, "speculator", "absent")
+    if speculator is None or hasattr(speculator, "stepper"):
+        return
+    raise RuntimeError(
+        f"SAM cannot run on vLLM {_vllm_version()} with {type(runner).__module__}.{type(runner).__qualname__}: "
+        f"this platform's model runner bypasses vLLM's speculator interface (its speculator: "
+        f"{speculator if isinstance(speculator, str) else type(speculator).__qualname__}). On Ascend use "
+        "vllm-ascend with method 'ngram' and additional_config.sam_spec; elsewhere vLLM 0.23 to 0.32 with "
+        f"{USE_CUSTOM_CLASS}."
+    )
+
+
+def guard_worker_start() -> None:
+    """Run ``check_runner_built_speculator`` right after each worker's ``init_device`` (vLLM >= 0.34)."""
+    after_import(WORKER_MODULE, _patch_worker_wrapper)
+
+
+def _patch_worker_wrapper() -> None:
+    from vllm.v1.worker.worker_base import WorkerBase, WorkerWrapperBase
+
+    original = WorkerWrapperBase.init_device
+    if getattr(original, _MARK, False):
+        return
+
+    @functools.wraps(original)
+    def init_device(self):
+        original(self)
+        check_runner_built_speculator(self.worker)
+
+    setattr(init_device, _MARK, True)
+    WorkerWrapperBase.init_device = init_device
+    if not hasattr(WorkerBase, "sam_spec_metrics"):  # the same RPCs as on the custom_class route
+        WorkerBase.sam_spec_metrics = runner_patch.worker_sam_metrics
+        WorkerBase.sam_spec_pause = runner_patch.worker_sam_pause
