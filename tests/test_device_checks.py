@@ -30,6 +30,10 @@ def test_tiny_mode_writes_every_result(tmp_path):
     for name, layers in (("step_cost_dense.csv", 64), ("step_cost_moe_tp4.csv", 94)):
         rows = list(csv.DictReader((tmp_path / name).open()))
         assert len(rows) == 4 and all(float(row[f"ms_per_step_{layers}_layers"]) > 0 for row in rows)
+    route = json.loads((tmp_path / "vllm_route.json").read_text())
+    from rollout.vllm import routes
+
+    assert route["routes"] == sorted(routes.available_routes()) and route["engine"] == "skipped: no --model"
 
 
 def test_real_mode_needs_a_gpu(tmp_path):

@@ -169,6 +169,7 @@ def test_request_state_fields_the_speculator_reads(wheel):
     assert "self.prompt_len = UvaBackedTensor(self.max_num_reqs, dtype=torch.int32)" in state
     buffers = _source(wheel, "vllm/v1/worker/gpu/buffer_utils.py")
     assert "self.np = self.cpu.numpy()" in buffers  # UvaBackedTensor.np: the host copy of prompt_len
+    assert "additional_config: dict | SupportsCompileFactors" in _source(wheel, "vllm/config/vllm.py")
     fields = {f.target.id for f in _class_body(wheel, "vllm/v1/worker/gpu/input_batch.py", "InputBatch")}
     assert {"req_ids", "num_reqs", "idx_mapping", "idx_mapping_np"} <= fields
 
