@@ -31,6 +31,12 @@ the engine), which knows neither: it sees each step's batch, its time (with mult
 chose, taken as the engine's scoring rounds take them (``rollout.draft_scoring``: every row at a round
 start, every max_k + 1 steps, and more rows in the steps between until the round holds ``ROUND_ROWS``),
 and handed to the switch at the next round's start.
+
+At cluster scale (``run_cluster``): R replicas, each its own engine and drafter, and a routing, verl
+0.9.1's default (least-loaded, by request id) or prompt affinity, which decides what a request's
+drafter can see: its siblings on the same engine, and its prompt's earlier visit in that engine's
+prompt store. The acceptance per (routing, R, epoch) is replayed on real traces with R drafters
+(``routed_acceptance``), not scaled by assumption; prefill is added as a roofline estimate.
 """
 
 from __future__ import annotations
@@ -45,8 +51,12 @@ from pathlib import Path
 import numpy as np
 from numba import njit
 
+from benchmarks.acceptance_curves import power_of_two_edges
+from benchmarks.data import TraceGroup
+from benchmarks.drafters import SamDrafter
+from benchmarks.replay import EARLIER_VISIT, ReplayStats, replay_group
 from rollout.draft_scoring import ROUND_ROWS
-from sam import auto_switch
+from sam import DraftConfig, auto_switch
 from sam.switch import acceptance_by_k, choose_k_arrays, expected_distinct_experts, k_by_batch_array
 
 ANCHOR_CSV = "anchors/step_cost_h200_2026-11-30.csv"
@@ -452,7 +462,9 @@ def _simulate_replica(
     observe_noise,
     seed,
 ):
-    """Returns (wall ms, tail ms, steps, tail steps, steps with drafts, tokens, trace[t_end, batch, k])."""
+    """Returns (wall ms, tail ms, steps, tail steps, steps with drafts, tokens, request-steps, plain ms,
+    overhead ms, trace[t_end, batch, k]). plain ms: what the steps would have cost without their
+    drafts (T(b, 1, c)); overhead ms: the policy's per-step overhead; the rest is verification."""
     np.random.seed(seed)
     n = lengths.shape[0]
     max_k = tok.shape[0] - 1
@@ -466,6 +478,9 @@ def _simulate_replica(
     tail_steps = 0
     spec_steps = 0
     emitted = 0.0
+    request_steps = 0
+    plain = 0.0
+    overhead = 0.0
     trace = np.zeros((trace_cap, 3))
     step_ms = np.zeros(max_k + 1)
     min_tok = np.zeros(max_k + 1)
@@ -524,6 +539,9 @@ def _simulate_replica(
             else:
                 r += 1
         wall += t
+        request_steps += b
+        plain += _grid_cost(ms, q_step, ctx_step, b, 1.0, ctx)
+        overhead += step_overhead_ms
         if b <= tail_batch:
             tail += t
             tail_steps += 1
@@ -534,7 +552,18 @@ def _simulate_replica(
             trace[steps, 1] = b
             trace[steps, 2] = k
         steps += 1
-    return wall, tail, steps, tail_steps, spec_steps, emitted, trace[: min(steps, trace_cap)]
+    return (
+        wall,
+        tail,
+        steps,
+        tail_steps,
+        spec_steps,
+        emitted,
+        request_steps,
+        plain,
+        overhead,
+        trace[: min(steps, trace_cap)],
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -557,6 +586,20 @@ def lognormal_lengths(n: int, median: float, sigma: float, max_len: int, seed: i
     """Long-tailed response lengths: lognormal clipped at ``max_len`` (the clipped ones are truncated)."""
     rng = np.random.default_rng(seed)
     x = np.exp(np.log(median) + sigma * rng.standard_normal(n))
+    return np.clip(np.round(x), 1, max_len).astype(np.float64)
+
+
+def grouped_lognormal_lengths(
+    prompts: int, group_size: int, median: float, sigma: float, max_len: int, corr: float, seed: int = 0
+) -> np.ndarray:
+    """``lognormal_lengths`` in prompt order, with ``corr`` of the log-length variance shared by a
+    prompt's samples (a hard prompt draws long answers from all of them); corr 0: independent."""
+    if not 0.0 <= corr <= 1.0:
+        raise ValueError(f"length correlation must be in [0, 1], got {corr}")
+    rng = np.random.default_rng(seed)
+    shared = np.repeat(rng.standard_normal(prompts), group_size)
+    own = rng.standard_normal(prompts * group_size)
+    x = np.exp(np.log(median) + sigma * (math.sqrt(corr) * shared + math.sqrt(1.0 - corr) * own))
     return np.clip(np.round(x), 1, max_len).astype(np.float64)
 
 
@@ -609,12 +652,21 @@ def simulate(
     trace_cap: int = 0,
     observe_noise: float = OBSERVE_NOISE,
     seed: int = 0,
+    assignment: np.ndarray | None = None,
 ) -> dict:
-    """One rollout step over all replicas; wall time is the slowest replica's."""
+    """One rollout step over all replicas; wall time is the slowest replica's. ``assignment``: the
+    replica of each request (default: ``split_replicas``, dealt round-robin)."""
     edges, tok, dr = profile_tables
+    if assignment is None:
+        parts = split_replicas(lengths, setup.replicas)
+    else:
+        assignment = np.asarray(assignment)
+        if assignment.shape != lengths.shape or assignment.min() < 0 or assignment.max() >= setup.replicas:
+            raise ValueError(f"assignment must give each of the {len(lengths)} requests a replica < {setup.replicas}")
+        parts = [lengths[assignment == r] for r in range(setup.replicas)]
     per = []
-    for replica, rl in enumerate(split_replicas(lengths, setup.replicas)):
-        wall, tail, steps, tail_steps, spec, emitted, trace = _simulate_replica(
+    for replica, rl in enumerate(parts):
+        wall, tail, steps, tail_steps, spec, emitted, request_steps, plain, overhead, trace = _simulate_replica(
             rl,
             float(setup.prompt_len),
             setup.max_num_seqs,
@@ -640,21 +692,34 @@ def simulate(
                 tail_steps=tail_steps,
                 spec_steps=spec,
                 tokens=emitted,
+                request_steps=request_steps,
+                plain_ms=plain,
+                overhead_ms=overhead,
+                requests=len(rl),
                 trace=trace,
             )
         )
     slow = max(range(len(per)), key=lambda i: per[i]["wall_ms"])
+    s = per[slow]
     return dict(
         policy=policy.name,
-        wall_s=per[slow]["wall_ms"] / 1e3,
+        wall_s=s["wall_ms"] / 1e3,
         # tail time summed over replicas: every replica ends in its own tail phase
         tail_s=sum(p["tail_ms"] for p in per) / 1e3,
-        steps=per[slow]["steps"],
-        tail_steps=per[slow]["tail_steps"],
-        spec_steps=per[slow]["spec_steps"],
+        steps=s["steps"],
+        tail_steps=s["tail_steps"],
+        spec_steps=s["spec_steps"],
         tokens=float(sum(p["tokens"] for p in per)),
         slowest_replica=slow,
-        trace=per[slow]["trace"],
+        # the slowest replica's time, split: plain steps, what drafts added, per-step overhead, its tail
+        plain_s=s["plain_ms"] / 1e3,
+        verify_s=(s["wall_ms"] - s["plain_ms"] - s["overhead_ms"]) / 1e3,
+        overhead_s=s["overhead_ms"] / 1e3,
+        slowest_tail_s=s["tail_ms"] / 1e3,
+        slowest_tokens_per_request_step=s["tokens"] / max(s["request_steps"], 1),
+        replica_wall_s=[p["wall_ms"] / 1e3 for p in per],
+        replica_requests=[p["requests"] for p in per],
+        trace=s["trace"],
     )
 
 
@@ -678,4 +743,530 @@ def compare(
 
 
 def summary_row(r: dict) -> dict:
-    return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items() if k != "trace"}
+    skip = ("trace", "replica_wall_s", "replica_requests")
+    return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items() if k not in skip}
+
+
+# --------------------------------------------------------------------------------------------
+# Routing across replicas: which engine's drafter sees a request's siblings and its prompt's past
+# --------------------------------------------------------------------------------------------
+#
+# Each rollout replica is its own vLLM engine with its own drafter: a request drafts from the
+# siblings (GRPO group) on its engine and from the prompt store of its engine only. verl 0.9.1's
+# default router gives every sample its own request id and sends it to the least-loaded replica, so
+# siblings spread and a revisit rarely meets its prompt's earlier responses; prompt affinity sends
+# every request of a prompt, every epoch, to one replica. The acceptance under each routing is
+# measured, not assumed: the replay machinery (``benchmarks.replay``) runs R drafters, each request
+# replayed on the drafter its routing picks.
+
+ROUTINGS = ("default", "affinity")
+EPOCHS = ("first", "later")
+AGENT_LOOP_WORKERS = 8  # verl 0.9.1 ``rollout.agent.num_workers`` default
+FIRST_EPOCH_HISTORY = 1 << 21  # the same-run replay's "group + history": holds the whole trace set
+LATER_EPOCH_HISTORY = 1 << 16  # the revisit proxy's: less than one epoch, so the store must carry the visit
+_HISTORY_MARK = 1 << 24  # a token id beyond any vocabulary: prompts of the history-sharing requests
+
+
+def least_loaded_routing(group_sizes: Sequence[int], replicas: int, rng, workers: int = AGENT_LOOP_WORKERS):
+    """verl 0.9.1's default router for one rollout step, as a replica per response of each group.
+
+    The batch (siblings next to each other) is cut into ``workers`` contiguous chunks, one per
+    agent-loop worker; the workers' requests reach the router interleaved, and each goes to the
+    replica with the fewest requests in flight, ties at random (``GlobalRequestLoadBalancer``; nothing
+    finishes while a step's requests are submitted). With R <= workers a group's siblings land
+    independently and uniformly (about (n - 1) / R of its siblings share a request's replica); with
+    more replicas, siblings arriving within R requests of each other avoid each other's replica.
+    """
+    sizes = np.asarray(group_sizes, dtype=np.int64)
+    if replicas < 1 or workers < 1:
+        raise ValueError(f"replicas and workers must be >= 1, got {replicas} and {workers}")
+    chunks = np.array_split(np.arange(int(sizes.sum())), workers)
+    arrival = [c[j] for j in range(max(len(c) for c in chunks)) for c in chunks if j < len(c)]
+    load = np.zeros(replicas, dtype=np.int64)
+    where = np.empty(int(sizes.sum()), dtype=np.int64)
+    for i in arrival:
+        r = int(rng.choice(np.flatnonzero(load == load.min())))
+        where[i] = r
+        load[r] += 1
+    return np.split(where, np.cumsum(sizes)[:-1])
+
+
+def prompt_affinity_map(prompts: int, replicas: int, rng) -> np.ndarray:
+    """Prompt affinity: each prompt's replica, the same every epoch. The prompts in a random order
+    dealt round-robin: a balanced stand-in for consistent hashing with bounded load (which may move
+    a prompt when its replica is full; not modelled)."""
+    out = np.empty(prompts, dtype=np.int64)
+    out[rng.permutation(prompts)] = np.arange(prompts) % replicas
+    return out
+
+
+def route(routing: str, group_sizes: Sequence[int], replicas: int, rng, prompt_replica=None):
+    """A replica per response of each group under ``routing`` (one of ROUTINGS)."""
+    if routing == "default":
+        return least_loaded_routing(group_sizes, replicas, rng)
+    if routing == "affinity":
+        if prompt_replica is None:
+            prompt_replica = prompt_affinity_map(len(group_sizes), replicas, rng)
+        return [np.full(int(n), prompt_replica[g], dtype=np.int64) for g, n in enumerate(group_sizes)]
+    raise ValueError(f"routing must be one of {ROUTINGS}, got {routing!r}")
+
+
+class ReplicaDrafters:
+    """One drafter per replica, each request replayed on its replica's.
+
+    ``share_history``: every replica's history also receives the responses finished on the others.
+    A trace set holds one step's worth of responses, so a replica of R would otherwise see 1/R of the
+    cross-prompt text an engine's history holds in a long run, where each engine's history is full
+    (it is capped, whatever R); sharing keeps the history what R = 1 has, and leaves what the routing
+    decides: the siblings and the prompt store on a request's engine.
+    """
+
+    def __init__(self, replicas: int, config, share_history: bool = True):
+        self.drafters = [SamDrafter(f"replica {r}", config) for r in range(replicas)]
+        self.share_history = share_history and config.history_tokens > 0
+        self._shared = 0
+
+    def replay(self, label: str, groups, where, k: int, stats) -> None:
+        for g, (group, w) in enumerate(zip(groups, where)):
+            for r, drafter in enumerate(self.drafters):
+                mine = [resp for resp, x in zip(group.responses, w) if x == r]
+                if mine:
+                    replay_group(drafter, f"{label}-{g}", TraceGroup(group.prompt, mine), k, stats)
+            if self.share_history:
+                self._share(group.responses, w)
+
+    def _share(self, responses, where) -> None:
+        for r, drafter in enumerate(self.drafters):
+            for resp, x in zip(responses, where):
+                if x == r or not len(resp):
+                    continue
+                rid = ("shared history", self._shared)  # a prompt of its own: nothing stored under a real one
+                prompt = np.array([_HISTORY_MARK, self._shared], dtype=np.int32)
+                self._shared += 1
+                drafter.drafter.start(rid, prompt)
+                drafter.drafter.extend([rid], resp, [len(resp)])
+                drafter.drafter.finish(rid)
+
+
+def _co_located(where: np.ndarray) -> np.ndarray:
+    """For each response, how many of the others in ``where`` share its replica."""
+    return np.array([int((where == x).sum()) - 1 for x in where], dtype=np.int64)
+
+
+def routed_acceptance(
+    groups,
+    replicas: int,
+    routing: str,
+    epoch: str,
+    k: int = 3,
+    seed: int = 0,
+    bin_edges=None,
+    earlier: int | None = None,
+    share_history: bool = True,
+) -> dict:
+    """Acceptance of our drafter (``DraftConfig`` defaults, group-aware) with a rollout's requests
+    spread over ``replicas`` engines by ``routing``, in the simulator's profile schema.
+
+    first epoch: the same-run replay (``replay``; a 2M-token history). later: the revisit proxy
+    (``replay_revisits``; each group's first ``earlier`` responses are the prompt's earlier visit,
+    routed one epoch before, its others the current visit, scored; 64k history and the prompt store).
+    Also counts, per scored response, the siblings on its replica and (later) the earlier visit's
+    responses on its replica, which its engine's prompt store holds.
+    """
+    if epoch not in EPOCHS:
+        raise ValueError(f"epoch must be one of {EPOCHS}, got {epoch!r}")
+    if bin_edges is None:
+        bin_edges = power_of_two_edges(max(len(r) for g in groups for r in g.responses))
+    rng = np.random.default_rng(seed)
+    prompt_replica = prompt_affinity_map(len(groups), replicas, rng)
+    stats = ReplayStats(bin_edges=tuple(bin_edges))
+    if epoch == "first":
+        cluster = ReplicaDrafters(replicas, DraftConfig(history_tokens=FIRST_EPOCH_HISTORY), share_history)
+        where = route(routing, [len(g.responses) for g in groups], replicas, rng, prompt_replica)
+        cluster.replay("first", groups, where, k, stats)
+        siblings = np.concatenate([_co_located(w) for w in where])
+        stored = np.zeros(0)
+    else:
+        earlier = EARLIER_VISIT if earlier is None else earlier
+        if not all(0 < earlier < len(g.responses) for g in groups):
+            raise ValueError(f"every group needs more than {earlier} responses to split off an earlier visit")
+        before = [TraceGroup(g.prompt, g.responses[:earlier]) for g in groups]
+        now = [TraceGroup(g.prompt, g.responses[earlier:]) for g in groups]
+        config = DraftConfig(history_tokens=LATER_EPOCH_HISTORY, prompt_store=True)
+        cluster = ReplicaDrafters(replicas, config, share_history)
+        where_before = route(routing, [len(g.responses) for g in before], replicas, rng, prompt_replica)
+        cluster.replay("earlier", before, where_before, k, ReplayStats(bin_edges=tuple(bin_edges)))
+        where = route(routing, [len(g.responses) for g in now], replicas, rng, prompt_replica)
+        cluster.replay("current", now, where, k, stats)
+        siblings = np.concatenate([_co_located(w) for w in where])
+        stored = np.concatenate([[int((wb == x).sum()) for x in w] for w, wb in zip(where, where_before)])
+    group_size = len(now[0].responses) if epoch == "later" else len(groups[0].responses)
+    return {
+        "k": k,
+        "replicas": replicas,
+        "routing": routing,
+        "epoch": epoch,
+        "bin_edges": list(bin_edges),
+        "tokens_per_step": stats.by_position(),
+        "drafted_per_step": stats.drafted_by_position(),
+        "steps": stats.bin_steps.tolist(),
+        "mean_tokens_per_step": stats.acceptance_length,
+        "draft_efficiency": stats.draft_efficiency,
+        "siblings_on_replica": float(siblings.mean()),
+        "siblings_in_group": group_size - 1,
+        "earlier_responses_on_replica": float(stored.mean()) if stored.size else None,
+        "earlier_responses": earlier if epoch == "later" else None,
+    }
+
+
+def profile_from_routed(entry: dict, min_steps: int = 1000) -> AcceptanceProfile:
+    """An AcceptanceProfile from one ``routed_acceptance`` entry."""
+    return AcceptanceProfile(
+        k=int(entry["k"]),
+        bin_edges=list(entry["bin_edges"]),
+        tokens_per_step=list(entry["tokens_per_step"]),
+        drafted_per_step=list(entry["drafted_per_step"]),
+        steps=[int(s) for s in entry["steps"]],
+        method=f"{entry['routing']} routing, R {entry['replicas']}, {entry['epoch']} epoch",
+    )
+
+
+def profile_key(routing: str, replicas: int, epoch: str) -> str:
+    return f"{routing}/R{replicas}/{epoch}"
+
+
+# --------------------------------------------------------------------------------------------
+# Rollout time at cluster scale: R replicas, routing, epoch
+# --------------------------------------------------------------------------------------------
+
+
+def _get(cfg: dict, dotted: str, where: str):
+    node = cfg
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            raise ValueError(f"{where}: no setting {dotted!r}")
+        node = node[part]
+    return node
+
+
+def _merge(a: dict, b: dict) -> dict:
+    out = dict(a)
+    for key, v in b.items():
+        out[key] = _merge(out[key], v) if isinstance(v, dict) and isinstance(out.get(key), dict) else v
+    return out
+
+
+def setup_from_recipe(paths: Sequence, name: str) -> tuple[RolloutSetup, int, int]:
+    """(setup, samples per prompt, tensor parallel size) of a recipe; ``paths`` are its YAML files,
+    later ones overriding earlier ones (a base file, then the recipe). Replicas = nodes x devices per
+    node / rollout TP; requests per rollout step = train batch x generation batches in flight x n."""
+    import yaml
+
+    cfg: dict = {}
+    for p in paths:
+        cfg = _merge(cfg, yaml.safe_load(Path(p).read_text()) or {})
+    where = ", ".join(str(p) for p in paths)
+    rollout = "actor_rollout_ref.rollout"
+    tp = int(_get(cfg, f"{rollout}.tensor_model_parallel_size", where))
+    devices = int(_get(cfg, "trainer.nnodes", where)) * int(_get(cfg, "trainer.n_gpus_per_node", where))
+    if devices % tp:
+        raise ValueError(f"{where}: {devices} devices do not split into rollout TP {tp}")
+    n = int(_get(cfg, f"{rollout}.n", where))
+    in_flight = int(_get(cfg, "algorithm.filter_groups.max_inflight_gen_batches", where))
+    prompts = int(_get(cfg, "data.train_batch_size", where)) * in_flight
+    setup = RolloutSetup(
+        name=name,
+        requests=prompts * n,
+        max_num_seqs=int(_get(cfg, f"{rollout}.max_num_seqs", where)),
+        replicas=devices // tp,
+        max_response=int(_get(cfg, "data.max_response_length", where)),
+    )
+    return setup, n, tp
+
+
+def prefill_ms(cost, prompt_len: int) -> float:
+    """A request's prefill, from a roofline cost model: one forward of the prompt (q = prompt_len,
+    mean context half of it). Added to its replica's time serially, which over-counts what chunked
+    prefill hides inside decode steps."""
+    return float(cost(1, float(prompt_len), prompt_len / 2))
+
+
+class DenseRooflineCost:
+    """T(batch, q, context) of a dense decoder from ``fit_roofline`` rates (any q, unlike the anchor's
+    table, which stops at q = 5): for prefill estimates."""
+
+    def __init__(self, rates: np.ndarray, shape: dict = QWEN3_32B, tp: int = 1):
+        self.rates, self.s, self.tp = rates, shape, tp
+
+    def __call__(self, batch: float, q: float, ctx: float) -> float:
+        return float(self.rates @ dense_step_features(self.s, batch, q, ctx, self.tp))
+
+
+def _run_with_prefill(setup, lengths, grid, tables, policy, seed, where, prefill) -> dict:
+    r = simulate(setup, lengths, grid, tables, policy, seed=seed, assignment=where)
+    slow = r["slowest_replica"]
+    walls = [w + n * prefill / 1e3 for w, n in zip(r["replica_wall_s"], r["replica_requests"])]
+    return dict(
+        wall_s=max(walls),
+        decode_s=r["wall_s"],
+        plain_s=r["plain_s"],
+        verify_s=r["verify_s"],
+        overhead_s=r["overhead_s"],
+        prefill_s=r["replica_requests"][slow] * prefill / 1e3,
+        tail_s=r["slowest_tail_s"],
+        steps=r["steps"],
+        tokens_per_request_step=r["slowest_tokens_per_request_step"],
+        spec_step_fraction=r["spec_steps"] / r["steps"],
+    )
+
+
+def cluster_step(
+    setup: RolloutSetup,
+    group_size: int,
+    lengths: np.ndarray,
+    grid: CostGrid,
+    tables: dict,
+    sam: Policy,
+    seed: int = 0,
+    prefill: float = 0.0,
+) -> dict:
+    """One rollout step at ``setup.replicas`` replicas: no speculation, and ``sam`` under each routing
+    and epoch (``tables[(routing, epoch)]``: profile tables), the requests placed by that routing
+    (``lengths`` in prompt order, ``group_size`` per prompt). Returns {(routing, arm): row}, arm "off"
+    or an epoch; times include ``prefill`` ms per request."""
+    if setup.requests % group_size or len(lengths) != setup.requests:
+        raise ValueError(f"{setup.requests} requests must be {len(lengths)} lengths, whole groups of {group_size}")
+    off = Policy("off", np.zeros(setup.max_num_seqs + 1, dtype=np.int64))
+    rng = np.random.default_rng(seed)
+    out = {}
+    for routing in ROUTINGS:
+        where = np.concatenate(route(routing, [group_size] * (setup.requests // group_size), setup.replicas, rng))
+        any_tables = tables[(routing, EPOCHS[0])]  # off drafts nothing: any profile
+        out[(routing, "off")] = _run_with_prefill(setup, lengths, grid, any_tables, off, seed, where, prefill)
+        for epoch in EPOCHS:
+            row = _run_with_prefill(setup, lengths, grid, tables[(routing, epoch)], sam, seed, where, prefill)
+            out[(routing, epoch)] = row
+    return out
+
+
+def mean_rows(runs: list[dict]) -> dict:
+    """Per key, the mean over seeds of each number."""
+    return {key: {f: float(np.mean([r[key][f] for r in runs])) for f in runs[0][key]} for key in runs[0]}
+
+
+def constant_acceptance_for(
+    ratio: float,
+    setup: RolloutSetup,
+    lengths_list: list[np.ndarray],
+    grid: CostGrid,
+    sam: Policy,
+    off: Policy,
+    k: int = 3,
+    prefill: float = 0.0,
+    iters: int = 7,
+) -> float | None:
+    """The tokens per step (bonus included; k drafted every step), held at every position, at which
+    ``sam`` reaches ``ratio`` x ``off`` (mean over the length draws); None if not even k + 1 does.
+    Bisection: a what-if for what acceptance a target needs."""
+
+    def wall(policy, a):
+        tables = AcceptanceProfile.constant(k, a).tables(k, 1)
+        runs = [
+            _run_with_prefill(setup, ls, grid, tables, policy, i, None, prefill) for i, ls in enumerate(lengths_list)
+        ]
+        return float(np.mean([r["wall_s"] for r in runs]))
+
+    goal = ratio * wall(off, 1.0)
+    lo, hi = 1.0, k + 1.0
+    if wall(sam, hi) > goal:
+        return None
+    for _ in range(iters):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if wall(sam, mid) <= goal else (mid, hi)
+    return hi
+
+
+def routed_profiles(groups, replicas_list: Sequence[int], k: int = 3, seed: int = 0, log=print) -> dict:
+    """``routed_acceptance`` for every routing, replica count and epoch, keyed by ``profile_key``."""
+    import time
+
+    out = {}
+    for replicas in replicas_list:
+        for routing in ROUTINGS:
+            for epoch in EPOCHS:
+                t0 = time.perf_counter()
+                entry = routed_acceptance(groups, replicas, routing, epoch, k, seed)
+                out[profile_key(routing, replicas, epoch)] = entry
+                log(
+                    f"  {profile_key(routing, replicas, epoch):<22} {entry['mean_tokens_per_step']:.3f} tokens/step, "
+                    f"siblings on replica {entry['siblings_on_replica']:.2f} of {entry['siblings_in_group']}"
+                    + (
+                        f", earlier responses on replica {entry['earlier_responses_on_replica']:.2f}"
+                        f" of {entry['earlier_responses']}"
+                        if epoch == "later"
+                        else ""
+                    )
+                    + f" ({time.perf_counter() - t0:.0f} s)",
+                    flush=True,
+                )
+    return out
+
+
+@dataclass
+class ClusterScale:
+    """A published setup at cluster scale: its rollout, samples per prompt, step cost and prefill."""
+
+    setup: RolloutSetup
+    group_size: int
+    cost: object
+    prefill_ms: float
+    replicas: list  # replica counts to simulate (the setup's own among them)
+
+
+def _scale_rows(sc: ClusterScale, replicas, tables, lengths, sam, grid, acceptance: dict, label="") -> list[dict]:
+    """cluster_step over the length draws, averaged; one row per routing and arm, ``x_off`` against
+    no speculation with the same placement of requests."""
+    setup = RolloutSetup(**{**sc.setup.__dict__, "replicas": replicas})
+    runs = [
+        cluster_step(setup, sc.group_size, ls, grid, tables, sam, seed, sc.prefill_ms)
+        for seed, ls in enumerate(lengths)
+    ]
+    mean = mean_rows(runs)
+    rows = []
+    for (routing, arm), r in mean.items():
+        off = mean[(routing, "off")]
+        rows.append(
+            dict(
+                scale=sc.setup.name,
+                case=label,
+                replicas=replicas,
+                published_replicas=sc.setup.replicas,
+                routing=routing,
+                arm=arm,
+                replay_tokens_per_step=acceptance.get((routing, arm)),
+                x_off=r["wall_s"] / off["wall_s"],
+                **r,
+            )
+        )
+    return rows
+
+
+def _routed_tables(profiles: dict, replicas: int, k: int, min_steps: int):
+    tables, acceptance = {}, {}
+    for routing in ROUTINGS:
+        for epoch in EPOCHS:
+            key = profile_key(routing, replicas, epoch)
+            if key not in profiles:
+                raise ValueError(f"no routed acceptance profile {key!r}: replay it (--replay)")
+            tables[(routing, epoch)] = profile_from_routed(profiles[key]).tables(k, min_steps)
+            acceptance[(routing, epoch)] = profiles[key]["mean_tokens_per_step"]
+    return tables, acceptance
+
+
+def position_free(entry: dict, k: int = 3) -> AcceptanceProfile:
+    """A routed profile's mean over all its steps (tokens and drafted per step), held at every position."""
+    steps = np.asarray(entry["steps"], dtype=np.float64)
+    tok = np.asarray([t or 0.0 for t in entry["tokens_per_step"]])
+    dr = np.asarray([d or 0.0 for d in entry["drafted_per_step"]])
+    return AcceptanceProfile.constant(k, float(tok @ steps / steps.sum()), float(dr @ steps / steps.sum()))
+
+
+def run_cluster(
+    scales: list[ClusterScale],
+    profiles: dict,
+    lengths_for,
+    seeds: int,
+    k: int = 3,
+    sam_step_overhead_ms: float = 0.0,
+    min_steps: int = 1000,
+    log=print,
+) -> dict:
+    """Every scale x replica count: no speculation, SAM (``auto``, the online switch, paying
+    ``sam_step_overhead_ms`` a step) under default routing and prompt affinity, first and later
+    epochs, mean over ``seeds`` length draws (``lengths_for(setup, seed)``)."""
+    sam = Policy("auto", np.zeros(1, dtype=np.int64), ONLINE, sam_step_overhead_ms)
+    rows = []
+    for sc in scales:
+        grid = CostGrid.build(sc.cost, sc.setup.max_num_seqs, k, sc.setup.max_response + 2048)
+        for replicas in sc.replicas:
+            setup = RolloutSetup(**{**sc.setup.__dict__, "replicas": replicas})
+            tables, acceptance = _routed_tables(profiles, replicas, k, min_steps)
+            lengths = [lengths_for(setup, seed, 0.0) for seed in range(seeds)]
+            new = _scale_rows(sc, replicas, tables, lengths, sam, grid, acceptance)
+            rows += new
+            x = {(r["routing"], r["arm"]): r["x_off"] for r in new}
+            log(
+                f"  {sc.setup.name} R={replicas}: "
+                + ", ".join(
+                    f"{routing} {epoch} {x[(routing, epoch)]:.3f}x" for routing in ROUTINGS for epoch in EPOCHS
+                ),
+                flush=True,
+            )
+    return dict(rows=rows, sam_policy="auto", sam_step_overhead_ms=sam_step_overhead_ms, seeds=seeds)
+
+
+def cluster_what_ifs(
+    sc: ClusterScale,
+    profiles: dict,
+    lengths_for,
+    seeds: int,
+    ratio: float,
+    k: int = 3,
+    sam_step_overhead_ms: float = 0.0,
+    min_steps: int = 1000,
+    length_corr: float = 0.5,
+) -> dict:
+    """At a scale's own replica count, what the measured case leaves open:
+    - each routed profile's mean held at every position (the trace set holds few steps past 1,024
+      tokens, and the simulator holds its last well-populated bin to 34k);
+    - response lengths correlated within a prompt (``length_corr`` of the log-length variance shared
+      by a prompt's samples): prompt affinity then puts a prompt's long responses on one replica;
+    - the constant tokens per step (k drafted every step) at which SAM reaches ``ratio`` x no
+      speculation."""
+    sam = Policy("auto", np.zeros(1, dtype=np.int64), ONLINE, sam_step_overhead_ms)
+    off = Policy("off", np.zeros(sc.setup.max_num_seqs + 1, dtype=np.int64))
+    grid = CostGrid.build(sc.cost, sc.setup.max_num_seqs, k, sc.setup.max_response + 2048)
+    replicas = sc.setup.replicas
+    tables, acceptance = _routed_tables(profiles, replicas, k, min_steps)
+    iid = [lengths_for(sc.setup, seed, 0.0) for seed in range(seeds)]
+    flat = {(ro, ep): position_free(profiles[profile_key(ro, replicas, ep)], k).tables(k, 1) for ro, ep in tables}
+    corr = [lengths_for(sc.setup, seed, length_corr) for seed in range(seeds)]
+    need = constant_acceptance_for(ratio, sc.setup, iid, grid, sam, off, k, sc.prefill_ms)
+    return dict(
+        position_free=_scale_rows(sc, replicas, flat, iid, sam, grid, acceptance, "position-free acceptance"),
+        correlated_lengths=_scale_rows(
+            sc, replicas, tables, corr, sam, grid, acceptance, f"lengths correlated within a prompt ({length_corr})"
+        ),
+        length_corr=length_corr,
+        target=dict(scale=sc.setup.name, replicas=replicas, ratio=ratio, constant_tokens_per_step_needed=need),
+    )
+
+
+def cluster_table(result: dict) -> str:
+    """Markdown: per scale, replica count and epoch, no speculation against SAM under each routing."""
+    rows = {(r["scale"], r["replicas"], r["routing"], r["arm"]): r for r in result["rows"]}
+    lines = [
+        "| setup | replicas | epoch | no speculation | SAM, default routing (x no spec.) | SAM, prompt affinity "
+        "(x no spec.) | tokens/step in replay, default / affinity |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for scale, replicas in dict.fromkeys((r["scale"], r["replicas"]) for r in result["rows"]):
+        off = rows[(scale, replicas, "default", "off")]
+        own = " (recipe's)" if replicas == off["published_replicas"] else ""
+        for epoch in EPOCHS:
+            d, a = rows[(scale, replicas, "default", epoch)], rows[(scale, replicas, "affinity", epoch)]
+            lines.append(
+                f"| {scale} | {replicas}{own} | {epoch} | {off['wall_s']:.0f} s | {d['wall_s']:.0f} s "
+                f"({d['x_off']:.3f}x) | {a['wall_s']:.0f} s ({a['x_off']:.3f}x) "
+                f"| {d['replay_tokens_per_step']:.2f} / {a['replay_tokens_per_step']:.2f} |"
+            )
+    return "\n".join(lines)
+
+
+def time_breakdown(rows: list[dict], routing: str, arm: str) -> dict:
+    """Where the slowest replica's time goes in one row of ``rows`` (one scale and replica count),
+    seconds: prefill (estimate), plain decode (each step at its no-draft cost), what verifying drafts
+    added, per-step overhead; the tail (steps of <= tail_batch requests) is part of the decode terms."""
+    r = next(x for x in rows if (x["routing"], x["arm"]) == (routing, arm))
+    keys = ("wall_s", "prefill_s", "plain_s", "verify_s", "overhead_s", "tail_s", "steps", "tokens_per_request_step")
+    return {key: r[key] for key in keys}

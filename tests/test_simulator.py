@@ -277,3 +277,194 @@ def test_fixed_draft_proposer_verifies_exactly_q_tokens():
     p = FixedDraftProposer(cfg)
     out = p.propose([[5], [], [7]], np.array([4, 3, 8]), None)
     assert out == [[DRAFT_TOKEN] * 3, [], [DRAFT_TOKEN] * 2]  # row 2 has room for 2 only
+
+
+# ------------------------------------------------------------------------- replicas and routing
+
+
+def test_default_routing_balances_load_and_spreads_siblings():
+    from benchmarks.simulator import least_loaded_routing
+
+    rng = np.random.default_rng(0)
+    where = least_loaded_routing([8] * 32, 4, rng)
+    counts = np.bincount(np.concatenate(where), minlength=4)
+    assert counts.max() - counts.min() <= 1  # least in flight: the replicas fill evenly
+    # 8 agent-loop workers interleave, so siblings land about independently: (8 - 1) / 4 share a replica
+    shared = np.mean([(w == x).sum() - 1 for w in where for x in w])
+    assert 1.2 < shared < 2.3
+    # arriving one after another (one worker), a group of 8 over 4 replicas puts exactly 2 on each
+    for w in least_loaded_routing([8] * 32, 4, rng, workers=1):
+        assert sorted(np.bincount(w, minlength=4)) == [2, 2, 2, 2]
+    assert all((w == 0).all() for w in least_loaded_routing([8] * 4, 1, rng))
+
+
+def test_prompt_affinity_keeps_a_prompt_on_one_replica_every_epoch():
+    from benchmarks.simulator import prompt_affinity_map, route
+
+    rng = np.random.default_rng(1)
+    prompt_replica = prompt_affinity_map(32, 8, rng)
+    assert sorted(np.bincount(prompt_replica, minlength=8)) == [4] * 8
+    first = route("affinity", [16] * 32, 8, rng, prompt_replica)
+    later = route("affinity", [16] * 32, 8, rng, prompt_replica)
+    for g, (a, b) in enumerate(zip(first, later)):
+        assert (a == prompt_replica[g]).all() and (b == a).all()
+    with pytest.raises(ValueError, match="routing must be one of"):
+        route("random", [4], 2, rng)
+
+
+def _sibling_groups(groups=12, siblings=8, length=160, vocab=5000, mutate=0.1, seed=0):
+    """Groups whose siblings are copies of one random text with a share of tokens changed, each after
+    an opening of its own length (so that some siblings are ahead of others in the shared text, as
+    in real groups): drafting from siblings pays, drafting from other prompts' text does not."""
+    from benchmarks.data import TraceGroup
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(groups):
+        base = rng.integers(0, vocab, length).astype(np.int32)
+        responses = []
+        for i in range(siblings):
+            r = base.copy()
+            hit = rng.random(length) < mutate
+            r[hit] = rng.integers(0, vocab, int(hit.sum()))
+            responses.append(np.concatenate([rng.integers(0, vocab, 8 * i).astype(np.int32), r]))
+        out.append(TraceGroup(rng.integers(0, vocab, 12).astype(np.int32), responses))
+    return out
+
+
+@pytest.fixture(scope="module")
+def routed():
+    """routed_acceptance on synthetic sibling groups at 1, 2 and 4 replicas, both routings and epochs."""
+    from benchmarks.simulator import EPOCHS, ROUTINGS, routed_acceptance
+
+    groups = _sibling_groups()
+    return {
+        (routing, r, epoch): routed_acceptance(groups, r, routing, epoch, K, seed=3, bin_edges=[0])
+        for r in (1, 2, 4)
+        for routing in ROUTINGS
+        for epoch in EPOCHS
+    }
+
+
+def test_one_replica_makes_both_routings_equal(routed):
+    for epoch in ("first", "later"):
+        d, a = routed[("default", 1, epoch)], routed[("affinity", 1, epoch)]
+        assert d["mean_tokens_per_step"] == a["mean_tokens_per_step"] and d["steps"] == a["steps"]
+        assert d["siblings_on_replica"] == d["siblings_in_group"]
+
+
+def test_default_routing_acceptance_falls_with_replicas(routed):
+    for epoch in ("first", "later"):
+        acc = [routed[("default", r, epoch)]["mean_tokens_per_step"] for r in (1, 2, 4)]
+        assert acc[0] > acc[1] > acc[2], (epoch, acc)
+        siblings = [routed[("default", r, epoch)]["siblings_on_replica"] for r in (1, 2, 4)]
+        assert siblings[0] > siblings[1] > siblings[2]
+    # the earlier visit is on a later request's engine about 1/R of the time
+    stored = routed[("default", 4, "later")]["earlier_responses_on_replica"]
+    assert 0.4 < stored < 2.0 and routed[("affinity", 4, "later")]["earlier_responses_on_replica"] == 4
+
+
+def test_affinity_never_worse_than_default_and_keeps_one_replica_acceptance(routed):
+    for r in (1, 2, 4):
+        for epoch in ("first", "later"):
+            a = routed[("affinity", r, epoch)]["mean_tokens_per_step"]
+            assert a >= routed[("default", r, epoch)]["mean_tokens_per_step"], (r, epoch)
+            # every sibling and the whole earlier visit on the request's engine, whatever R
+            assert a == pytest.approx(routed[("affinity", 1, epoch)]["mean_tokens_per_step"], rel=0.02), (r, epoch)
+
+
+def test_later_epochs_with_affinity_beat_the_first(routed):
+    for r in (1, 2, 4):
+        later = routed[("affinity", r, "later")]["mean_tokens_per_step"]
+        assert later > routed[("affinity", r, "first")]["mean_tokens_per_step"] + 0.2
+
+
+def test_cluster_step_affinity_faster_equal_at_one_replica_and_time_adds_up():
+    from benchmarks.simulator import cluster_step
+
+    cost = _linear_verification_cost(0.05)
+    slow = AcceptanceProfile.constant(K, 1.5, 3.0).tables(K, 1)
+    fast = AcceptanceProfile.constant(K, 2.5, 3.0).tables(K, 1)
+    auto = policies_for(setup(), K, ())[-1]
+    assert auto.name == "auto"
+    lengths = np.full(32, 300.0)  # equal lengths: any balanced placement loads the replicas alike
+    for replicas in (1, 4):
+        st = RolloutSetup("tiny", 32, 4, replicas, 400, prompt_len=0, tail_batch=2)
+        grid = CostGrid.build(cost, st.max_num_seqs, K, 512, ctx_step=16.0)
+        same = {(routing, epoch): slow for routing in ("default", "affinity") for epoch in ("first", "later")}
+        rows = cluster_step(st, 8, lengths, grid, same, auto, seed=0, prefill=5.0)
+        assert rows[("default", "later")]["wall_s"] == pytest.approx(rows[("affinity", "later")]["wall_s"])
+        better = dict(same)
+        better[("affinity", "later")] = fast
+        rows = cluster_step(st, 8, lengths, grid, better, auto, seed=0, prefill=5.0)
+        assert rows[("affinity", "later")]["wall_s"] < rows[("default", "later")]["wall_s"]
+        off = rows[("default", "off")]
+        assert off["verify_s"] == pytest.approx(0.0, abs=1e-9) and off["overhead_s"] == 0.0
+        assert off["prefill_s"] == pytest.approx(32 / replicas * 5.0 / 1e3)
+        for r in rows.values():
+            assert r["plain_s"] + r["verify_s"] + r["overhead_s"] == pytest.approx(r["decode_s"])
+            assert r["wall_s"] == pytest.approx(r["decode_s"] + r["prefill_s"])
+
+
+def test_setup_from_recipe_reads_the_published_replicas(tmp_path):
+    from benchmarks.simulator import setup_from_recipe
+
+    s32, n, tp = setup_from_recipe(
+        [ROOT / "recipes/dapo_qwen3_32b/dapo_qwen3_32b_base.yaml", ROOT / "recipes/dapo_qwen3_32b/dapo_qwen3_32b.yaml"],
+        "32b",
+    )
+    assert (s32.replicas, s32.requests, s32.max_num_seqs, s32.max_response, n, tp) == (4, 1536, 128, 34816, 16, 8)
+    s235, _, _ = setup_from_recipe([ROOT / "recipes/dapo_qwen3_235b/dapo_qwen3_235b.yaml"], "235b")
+    assert (s235.replicas, s235.requests, s235.max_num_seqs) == (32, 2048, 64)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "trainer: {nnodes: 1, n_gpus_per_node: 6}\nactor_rollout_ref: {rollout: {tensor_model_parallel_size: 4}}\n"
+    )
+    with pytest.raises(ValueError, match="do not split into rollout TP 4"):
+        setup_from_recipe([bad], "bad")
+    bad.write_text("trainer: {nnodes: 1}\n")
+    with pytest.raises(ValueError, match="tensor_model_parallel_size"):
+        setup_from_recipe([bad], "bad")
+
+
+def test_routed_acceptance_artifact_when_present():
+    path = ROOT / "benchmarks/results/simulate_cluster_acceptance_qwen25math_k3.json"
+    if not path.exists():
+        pytest.skip("routed acceptance not replayed yet (scripts/simulate_rollout.py --cluster)")
+    p = json.loads(path.read_text())["profiles"]
+    reps = sorted({int(key.split("/")[1][1:]) for key in p})
+    for epoch in ("first", "later"):
+        acc = [p[f"default/R{r}/{epoch}"]["mean_tokens_per_step"] for r in reps]
+        assert all(a > b for a, b in zip(acc, acc[1:])), (epoch, acc)
+        assert p[f"default/R1/{epoch}"]["mean_tokens_per_step"] == p[f"affinity/R1/{epoch}"]["mean_tokens_per_step"]
+        for r in reps:
+            assert (
+                p[f"affinity/R{r}/{epoch}"]["mean_tokens_per_step"]
+                >= p[f"default/R{r}/{epoch}"]["mean_tokens_per_step"]
+            )
+    for r in reps:
+        assert p[f"affinity/R{r}/later"]["mean_tokens_per_step"] > p[f"affinity/R{r}/first"]["mean_tokens_per_step"]
+
+
+def test_grouped_lengths_share_a_prompt_effect():
+    from benchmarks.simulator import grouped_lognormal_lengths
+
+    same = grouped_lognormal_lengths(6, 4, 300.0, 0.8, 10_000, corr=1.0, seed=2).reshape(6, 4)
+    assert (same == same[:, :1]).all() and len(set(same[:, 0])) == 6
+    free = grouped_lognormal_lengths(6, 4, 300.0, 0.8, 10_000, corr=0.0, seed=2).reshape(6, 4)
+    assert len(set(free.ravel())) > 20
+    with pytest.raises(ValueError, match="length correlation"):
+        grouped_lognormal_lengths(2, 2, 300.0, 0.8, 1000, corr=1.5)
+
+
+def test_constant_acceptance_needed_for_a_target():
+    from benchmarks.simulator import constant_acceptance_for
+
+    st = RolloutSetup("tiny", 8, 4, 1, 400, prompt_len=0, tail_batch=2)
+    grid = CostGrid.build(flat_cost(), st.max_num_seqs, K, 512, ctx_step=16.0)
+    pols = {p.name: p for p in policies_for(st, K, (4,))}
+    lengths = [np.full(8, 300.0)]
+    # free verification, drafts every step: half the time takes 2 tokens a step
+    need = constant_acceptance_for(0.5, st, lengths, grid, pols["threshold 4"], pols["off"], K)
+    assert need == pytest.approx(2.0, abs=0.05)
+    assert constant_acceptance_for(0.2, st, lengths, grid, pols["threshold 4"], pols["off"], K) is None
