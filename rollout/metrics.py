@@ -155,3 +155,25 @@ def step_metrics_from_deltas(d: Mapping[str, float], engines: int) -> dict[str, 
         f"{p}requests_with_store": d["requests_with_store"],
         f"{p}engines": float(engines),
     }
+
+
+class GenerationStepTracker:
+    """Response tokens generated in a step over every rollout replica, and rollout seconds per 1,000 of
+    them (``timing_s/gen``, every generation batch of a DAPO step): comparable between the arms, which
+    generate different numbers of tokens (refills, response lengths)."""
+
+    def __init__(self) -> None:
+        self._previous: dict[str, int] = {}
+
+    def step_metrics(self, generated: Mapping[str, int], rollout_seconds: float | None) -> dict[str, float]:
+        if not generated:
+            return {}
+        tokens = 0
+        for key, total in generated.items():
+            before = self._previous.get(key, 0)
+            tokens += total - before if total >= before else total  # a restarted server counts from zero
+            self._previous[key] = total
+        out = {"rollout/generated_tokens": float(tokens)}
+        if rollout_seconds and tokens:
+            out["rollout/gen_s_per_1k_tokens"] = 1e3 * rollout_seconds / tokens
+        return out

@@ -3,8 +3,10 @@
     python scripts/ab_compare.py BASELINE.jsonl SAM.jsonl [--plots DIR] [--tolerance 0.05]
 
 Prints, per step and in total: rollout time (timing_s/gen, summed over a DAPO step's generation
-batches), the speed-up baseline/SAM, SAM's mean acceptance length, speculation-on fraction and
-drafter time (rollout/sam_*), and the reward and response-length curves side by side. Then a
+batches), the speed-up baseline/SAM, rollout time per 1,000 generated tokens and requests per step
+where both arms log them (rollout/generated_tokens, rollout/requests), SAM's mean acceptance length,
+speculation-on fraction and drafter time (rollout/sam_*), and the reward and response-length curves
+side by side. Then a
 verdict per training curve (reward, response length) on the paired per-step difference SAM - baseline:
 
   agree         the 95% moving-block bootstrap interval of the mean difference lies within
@@ -12,7 +14,8 @@ verdict per training curve (reward, response length) on the paired per-step diff
                 over the run): "within 5% of how far the curve moves in training"
   differ        otherwise, when the interval excludes 0 (a significant, not negligible difference)
   inconclusive  otherwise (the interval contains 0 but reaches past the margin: too noisy), or
-                with fewer than 10 steps in common
+                with fewer than 10 steps in common; then the run's power is stated: how many steps
+                would bring the interval inside the margin if its width shrinks as 1/sqrt(steps)
 
 Block bootstrap, because successive training steps are correlated. Writes PNG plots with --plots.
 Exit status: 0 when every curve agrees, 1 when one differs or is inconclusive, 2 on bad input.
@@ -35,6 +38,8 @@ RESPONSE_LENGTH = "response_length/mean"
 ACCEPTANCE = "rollout/sam_acceptance_length"
 SPEC_ON = "rollout/sam_spec_on_fraction"
 DRAFTER_MS = "rollout/sam_drafter_ms"
+GENERATED_TOKENS = "rollout/generated_tokens"
+REQUESTS = "rollout/requests"
 CURVES = (REWARD, RESPONSE_LENGTH)
 MIN_STEPS = 10
 
@@ -77,6 +82,14 @@ class Verdict:
     high: float
     margin: float
     steps: int
+
+    @property
+    def steps_for_a_verdict(self) -> int:
+        """Steps at which this interval, shrinking as 1/sqrt(steps) about its mean, would fit the margin;
+        0 where the mean difference itself is outside the margin (no number of steps shows agreement)."""
+        half = (self.high - self.low) / 2
+        room = self.margin - abs(self.mean_difference)
+        return 0 if room <= 0 else max(MIN_STEPS, int(np.ceil(self.steps * (half / room) ** 2)))
 
     @property
     def label(self) -> str:
@@ -155,6 +168,16 @@ def summary(order, base_steps, sam_steps) -> list[str]:
         lines.append(
             f"rollout time per generation batch: speed-up {(gb.sum() / nb.sum()) / (gs.sum() / ns.sum()):.3f}x"
         )
+    tb, ts = series(base_steps, GENERATED_TOKENS, order), series(sam_steps, GENERATED_TOKENS, order)
+    if not (np.isnan(tb).any() or np.isnan(ts).any()) and tb.sum() and ts.sum():
+        per_b, per_s = 1e3 * gb.sum() / tb.sum(), 1e3 * gs.sum() / ts.sum()
+        lines.append(
+            f"rollout time per 1,000 generated tokens: baseline {per_b:.2f} s ({tb.sum():.0f} tokens), "
+            f"SAM {per_s:.2f} s ({ts.sum():.0f} tokens), speed-up {per_b / per_s:.3f}x"
+        )
+    rb, rs = series(base_steps, REQUESTS, order), series(sam_steps, REQUESTS, order)
+    if not (np.isnan(rb).all() or np.isnan(rs).all()):
+        lines.append(f"requests per step: baseline {np.nanmean(rb):.1f}, SAM {np.nanmean(rs):.1f}")
     for label, key in (
         ("mean acceptance length", ACCEPTANCE),
         ("speculation-on fraction", SPEC_ON),
@@ -208,6 +231,16 @@ def compare(base_path: Path, sam_path: Path, tolerance: float, plots: Path | Non
             f"{v.key}: {v.label} (mean SAM - baseline {v.mean_difference:+.4g}, 95% block-bootstrap interval "
             f"[{v.low:+.4g}, {v.high:+.4g}], equivalence margin +-{v.margin:.4g}, {v.steps} steps)"
         )
+        if v.label == "inconclusive":
+            need = v.steps_for_a_verdict
+            lines.append(
+                f"  power: the interval is {(v.high - v.low) / (2 * v.margin):.1f}x the margin; "
+                + (
+                    f"about {need} steps would fit it inside the margin (width as 1/sqrt(steps))"
+                    if need
+                    else "the mean difference alone exceeds the margin: more steps could only show a change"
+                )
+            )
     if plots is not None:
         lines += [f"plot: {p}" for p in plot(order, base_steps, sam_steps, plots)]
     return lines, verdicts

@@ -31,7 +31,7 @@ def ar1(rng, n, sd, rho=0.5):
     return e
 
 
-def write_log(path, rng, steps, reward_shift=0.0, gen_scale=1.0, sam=False):
+def write_log(path, rng, steps, reward_shift=0.0, gen_scale=1.0, sam=False, tokens=None):
     """One verl file-logger JSONL: {"step": s, "data": {...}} per training step, plus a validation line."""
     t = np.arange(steps)
     reward = -0.6 + 0.8 * t / steps + reward_shift + ar1(rng, steps, 0.03)
@@ -46,6 +46,8 @@ def write_log(path, rng, steps, reward_shift=0.0, gen_scale=1.0, sam=False):
                 "critic/score/mean": float(reward[s]),
                 "response_length/mean": float(length[s]),
             }
+            if tokens is not None:  # both arms' generation counters (rollout/generated_tokens, rollout/requests)
+                data |= {"rollout/generated_tokens": float(tokens), "rollout/requests": 16.0}
             if sam:
                 data.update(
                     {
@@ -83,6 +85,21 @@ def test_known_reward_difference_is_found(tmp_path, seed):
 def test_few_steps_are_inconclusive(tmp_path):
     _, verdicts = run(tmp_path, steps=4, reward_shift=0.1)
     assert [v.label for v in verdicts] == ["inconclusive", "inconclusive"]
+
+
+def test_an_inconclusive_run_states_the_steps_a_verdict_needs():
+    v = ab.Verdict("r", mean_difference=0.0, low=-0.2, high=0.2, margin=0.1, steps=12)
+    assert v.label == "inconclusive" and v.steps_for_a_verdict == 48  # half-width 2x the room: 4x the steps
+    assert ab.Verdict("r", 0.15, 0.05, 0.25, 0.1, 12).steps_for_a_verdict == 0  # the mean is past the margin
+
+
+def test_rollout_time_per_generated_token(tmp_path):
+    rng = np.random.default_rng(0)
+    base, sam = tmp_path / "base.jsonl", tmp_path / "sam.jsonl"
+    write_log(base, rng, 12, tokens=1000)
+    write_log(sam, rng, 12, gen_scale=0.9, sam=True, tokens=1200)  # more tokens in less time
+    text = "\n".join(ab.compare(base, sam, tolerance=0.05, plots=None)[0])
+    assert "speed-up 1.333x" in text and "requests per step: baseline 16.0, SAM 16.0" in text
 
 
 def test_speedup_acceptance_and_plots(tmp_path):

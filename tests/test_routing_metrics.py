@@ -55,3 +55,14 @@ def test_store_hit_rate_on_revisits_needs_both_sides():
 
 def test_no_router_no_metrics():
     assert RoutingStepTracker().step_metrics(None) == {}
+
+
+def test_rollout_time_per_generated_token_sums_replicas_and_survives_a_restart():
+    from rollout.metrics import GenerationStepTracker
+
+    tracker = GenerationStepTracker()
+    first = tracker.step_metrics({"rollout_0": 600, "rollout_1": 400}, rollout_seconds=20.0)
+    assert first == {"rollout/generated_tokens": 1000.0, "rollout/gen_s_per_1k_tokens": 20.0}
+    second = tracker.step_metrics({"rollout_0": 900, "rollout_1": 100}, rollout_seconds=8.0)  # rollout_1 restarted
+    assert second["rollout/generated_tokens"] == 400.0 and second["rollout/gen_s_per_1k_tokens"] == 20.0
+    assert tracker.step_metrics({}, rollout_seconds=5.0) == {}

@@ -15,7 +15,7 @@ import weakref
 from collections.abc import Mapping
 from typing import Any
 
-from rollout.metrics import METRIC_PREFIX, SamStepTracker
+from rollout.metrics import METRIC_PREFIX, GenerationStepTracker, SamStepTracker
 from rollout.routing_metrics import RoutingStepTracker, store_hit_rate_on_revisits
 
 logger = logging.getLogger(__name__)
@@ -28,6 +28,7 @@ _live_replicas: weakref.WeakSet[Any] = weakref.WeakSet()
 _tracker = SamStepTracker()
 _routers: list[Any] = []  # rollout routers built in this process (handles of Ray actors)
 _routing_tracker = RoutingStepTracker()
+_generation_tracker = GenerationStepTracker()
 ROUTER_FACTORY_MODULE = "verl.workers.rollout.router"
 
 
@@ -49,6 +50,7 @@ def wrap() -> None:
         if is_training_step(data):
             data = {**data, **_tracker.step_metrics(poll_replicas())}
             data |= _routing_tracker.step_metrics(poll_router())
+            data |= _generation_tracker.step_metrics(poll_generated_tokens(), data.get("timing_s/gen"))
             data |= store_hit_rate_on_revisits(data)
             print(step_summary(step, data), flush=True)
         return original(self, data, step, *args, **kwargs)
@@ -117,6 +119,21 @@ def poll_replicas() -> dict[str, dict]:
         first = next((m for m in per_worker or [] if m), None)
         if first is not None:
             out[key] = first
+    return out
+
+
+def poll_generated_tokens() -> dict[str, int]:
+    """Response tokens generated so far by every live rollout replica (SAM on or off)."""
+    import ray
+
+    rollout = [r for r in list(_live_replicas) if r.servers and r.sam_key.startswith("rollout_")]
+    refs = {r.sam_key: [s.generated_tokens.remote() for s in r.servers] for r in rollout}
+    out = {}
+    for key, server_refs in refs.items():
+        try:
+            out[key] = sum(ray.get(server_refs, timeout=RPC_TIMEOUT_S))
+        except Exception as e:  # metrics must never stop training
+            logger.warning("generated tokens of %s unavailable: %s", key, e)
     return out
 
 
