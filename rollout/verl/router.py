@@ -25,7 +25,10 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import json
 import math
+import os
+import tempfile
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
@@ -40,6 +43,7 @@ PROMPT_AFFINITY = "prompt_affinity"
 LEAST_LOADED = "least_loaded"
 POLICIES = (PROMPT_AFFINITY, LEAST_LOADED)
 ROUTER_CLASS_KEY = "router_class"  # verl's own key in the YAML
+ROUTER_STATE_FORMAT = 1  # save_state's file
 
 
 @dataclass(frozen=True)
@@ -229,6 +233,45 @@ class SamLoadBalancer(GlobalRequestLoadBalancer):
         if reset_peaks:
             self._peak_by_server = dict(self._inflight_requests)
         return stats
+
+    # -- state across a restart ----------------------------------------------------------------
+    def save_state(self, path: str) -> int:
+        """Write which replicas served each remembered prompt (by ring name, i.e. replica rank: a
+        restarted run's servers have new addresses) to ``path``, atomically; returns the prompts written.
+        Saved beside the prompt stores, so a resumed run sends a prompt where its stored responses are."""
+        state = {
+            "format": ROUTER_STATE_FORMAT,
+            "served": {key.hex(): sorted(self._ring_names[s] for s in served) for key, served in self._served.items()},
+        }
+        folder = os.path.dirname(os.path.abspath(path))
+        os.makedirs(folder, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=folder, suffix=".tmp", delete=False) as f:
+            json.dump(state, f)
+        os.replace(f.name, path)
+        return len(state["served"])
+
+    def load_state(self, path: str) -> dict:
+        """Read ``save_state``'s file; replicas are matched by ring name. A missing, unreadable or
+        other-format file leaves the memory empty and says why (routing stays correct without it)."""
+        try:
+            with open(path) as f:
+                state = json.load(f)
+            if not isinstance(state, dict) or state.get("format") != ROUTER_STATE_FORMAT:
+                raise ValueError(f"format {state.get('format') if isinstance(state, dict) else None!r}, "
+                                 f"expected {ROUTER_STATE_FORMAT}")  # fmt: skip
+            by_name = {name: sid for sid, name in self._ring_names.items() if sid in self._inflight_requests}
+            served = {
+                bytes.fromhex(key): {by_name[n] for n in names if n in by_name}
+                for key, names in state["served"].items()
+            }
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            return {"prompts": 0, "warning": f"{path}: {type(e).__name__}: {e}"}
+        for key, sids in served.items():
+            if sids:
+                self._served[key] = sids
+        while len(self._served) > self.settings.prompt_memory:
+            self._served.popitem(last=False)
+        return {"prompts": len(self._served), "warning": None}
 
     # -- routing -------------------------------------------------------------------------------
     def _join_ring(self, servers: Mapping[str, Any]) -> None:

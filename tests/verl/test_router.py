@@ -219,3 +219,27 @@ def test_verl_builds_our_balancer_from_the_yaml_and_sends_prompt_ids():
         assert stats["policy"] == PROMPT_AFFINITY and stats["keyed_requests"] == 24
     finally:
         ray.shutdown()
+
+
+def test_a_restarted_router_with_its_saved_state_sends_prompts_where_their_stores_are(tmp_path):
+    lb = balancer(servers=dict(list(SERVERS.items())[:2]))
+    ps = prompts(24, seed=17)
+    first, _ = route_batch(lb, list(enumerate(ps)), n=4, tag="c1")  # the bound passes some groups on
+    assert lb.save_state(str(tmp_path / "router.json")) == 24
+    renamed = {f"10.9.9.{i}:9000": h for i, h in enumerate(list(SERVERS.values())[:2])}  # a resumed run
+    resumed = balancer(servers=renamed)
+    assert resumed.load_state(str(tmp_path / "router.json")) == {"prompts": 24, "warning": None}
+    again, _ = route_batch(resumed, list(enumerate(ps)), n=4, tag="c2")
+    rank = {a: i for i, a in enumerate(SERVERS)} | {a: i for i, a in enumerate(renamed)}
+    assert all(rank[first[p][0]] == rank[again[p][0]] for p in first)
+    stats = resumed.routing_stats()
+    assert stats["revisit_requests"] == 24 * 4 == stats["revisits_on_earlier_replica"]
+
+
+@pytest.mark.parametrize("content", [None, "{not json", '{"format": 99, "served": {}}', '{"format": 1}'])
+def test_a_missing_or_bad_router_state_leaves_the_memory_empty_and_says_why(tmp_path, content):
+    path = tmp_path / "router.json"
+    if content is not None:
+        path.write_text(content)
+    loaded = balancer().load_state(str(path))
+    assert loaded["prompts"] == 0 and str(path) in loaded["warning"]
