@@ -137,16 +137,24 @@ def poll_generated_tokens() -> dict[str, int]:
     return out
 
 
+def rollout_router():
+    """The handle of our router for the rollout (the newest built here: a teacher's comes earlier), or None
+    where verl's default router runs."""
+    for handle in reversed(_routers):
+        if getattr(handle, "routing_stats", None) is not None:
+            return handle
+    return None
+
+
 def poll_router():
     """The routing counters of the rollout router, where it is ours (verl's default has none)."""
     import ray
 
-    for handle in reversed(_routers):  # the newest first: the rollout's, when a teacher's came earlier
-        stats = getattr(handle, "routing_stats", None)
-        if stats is None:
-            continue
-        try:
-            return ray.get(stats.remote(reset_peaks=True), timeout=RPC_TIMEOUT_S)
-        except Exception as e:  # metrics must never stop training
-            logger.warning("routing metrics unavailable: %s", e)
-    return None
+    handle = rollout_router()
+    if handle is None:
+        return None
+    try:
+        return ray.get(handle.routing_stats.remote(reset_peaks=True), timeout=RPC_TIMEOUT_S)
+    except Exception as e:  # metrics must never stop training
+        logger.warning("routing metrics unavailable: %s", e)
+        return None
