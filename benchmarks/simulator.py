@@ -603,6 +603,18 @@ def grouped_lognormal_lengths(
     return np.clip(np.round(x), 1, max_len).astype(np.float64)
 
 
+def log_length_icc(groups) -> float:
+    """Intraclass correlation of log response length within a prompt (one-way ANOVA, groups of equal
+    size only): the share of the variance a prompt's samples share (``grouped_lognormal_lengths``' corr)."""
+    n = max(len(g.responses) for g in groups)
+    x = np.array([[math.log(max(len(r), 1)) for r in g.responses] for g in groups if len(g.responses) == n])
+    if len(x) < 2 or n < 2:
+        raise ValueError("need at least two groups of at least two responses of one size")
+    between = n * x.mean(axis=1).var(ddof=1)
+    within = float(((x - x.mean(axis=1, keepdims=True)) ** 2).sum() / (len(x) * (n - 1)))
+    return float((between - within) / (between + (n - 1) * within))
+
+
 def split_replicas(lengths: np.ndarray, replicas: int) -> list[np.ndarray]:
     """Requests dealt round-robin, in order, to replicas (the load balancer sees no lengths in advance;
     pass lengths in random order, as lognormal_lengths draws them)."""
@@ -1125,7 +1137,8 @@ class ClusterScale:
 
 def _scale_rows(sc: ClusterScale, replicas, tables, lengths, sam, grid, acceptance: dict, label="") -> list[dict]:
     """cluster_step over the length draws, averaged; one row per routing and arm, ``x_off`` against
-    no speculation with the same placement of requests."""
+    no speculation with the same placement of requests, ``x_default_off`` against no speculation
+    placed by the default routing."""
     setup = RolloutSetup(**{**sc.setup.__dict__, "replicas": replicas})
     runs = [
         cluster_step(setup, sc.group_size, ls, grid, tables, sam, seed, sc.prefill_ms)
@@ -1145,6 +1158,7 @@ def _scale_rows(sc: ClusterScale, replicas, tables, lengths, sam, grid, acceptan
                 arm=arm,
                 replay_tokens_per_step=acceptance.get((routing, arm)),
                 x_off=r["wall_s"] / off["wall_s"],
+                x_default_off=r["wall_s"] / mean[("default", "off")]["wall_s"],  # against today's routing
                 **r,
             )
         )
@@ -1221,6 +1235,7 @@ def cluster_what_ifs(
       tokens, and the simulator holds its last well-populated bin to 34k);
     - response lengths correlated within a prompt (``length_corr`` of the log-length variance shared
       by a prompt's samples): prompt affinity then puts a prompt's long responses on one replica;
+      and both of these at once;
     - the constant tokens per step (k drafted every step) at which SAM reaches ``ratio`` x no
       speculation."""
     sam = Policy("auto", np.zeros(1, dtype=np.int64), ONLINE, sam_step_overhead_ms)
@@ -1231,11 +1246,13 @@ def cluster_what_ifs(
     iid = [lengths_for(sc.setup, seed, 0.0) for seed in range(seeds)]
     flat = {(ro, ep): position_free(profiles[profile_key(ro, replicas, ep)], k).tables(k, 1) for ro, ep in tables}
     corr = [lengths_for(sc.setup, seed, length_corr) for seed in range(seeds)]
+    correlated = f"lengths correlated within a prompt ({length_corr:.2f})"
     need = constant_acceptance_for(ratio, sc.setup, iid, grid, sam, off, k, sc.prefill_ms)
     return dict(
         position_free=_scale_rows(sc, replicas, flat, iid, sam, grid, acceptance, "position-free acceptance"),
-        correlated_lengths=_scale_rows(
-            sc, replicas, tables, corr, sam, grid, acceptance, f"lengths correlated within a prompt ({length_corr})"
+        correlated_lengths=_scale_rows(sc, replicas, tables, corr, sam, grid, acceptance, correlated),
+        position_free_correlated=_scale_rows(
+            sc, replicas, flat, corr, sam, grid, acceptance, f"position-free acceptance, {correlated}"
         ),
         length_corr=length_corr,
         target=dict(scale=sc.setup.name, replicas=replicas, ratio=ratio, constant_tokens_per_step_needed=need),

@@ -60,6 +60,7 @@ from benchmarks.simulator import (  # noqa: E402
     compare,
     fit_roofline,
     grouped_lognormal_lengths,
+    log_length_icc,
     lognormal_lengths,
     policies_for,
     prefill_ms,
@@ -362,13 +363,14 @@ def recipe_setups() -> dict:
 
 
 def routed_acceptance_profiles(args, replicas) -> tuple[str, dict]:
-    """The routed replay's profiles: read from their JSON, or replayed (and written) when missing or asked."""
+    """The routed replay (profiles, and the traces' length correlation within a prompt): read from its
+    JSON, or replayed (and written) when missing or asked."""
     trace_set = Path(args.cluster_traces).stem if args.cluster_traces.endswith(".npz") else args.cluster_traces
     path = ROOT / f"benchmarks/results/simulate_cluster_acceptance_{trace_set}_k{K}.json"
     if path.exists() and not args.replay:
         data = json.loads(path.read_text())
-        if all(f"affinity/R{r}/later" in data["profiles"] for r in replicas):
-            return str(path.relative_to(ROOT)), data["profiles"]
+        if all(f"affinity/R{r}/later" in data["profiles"] for r in replicas) and "log_length_icc" in data:
+            return str(path.relative_to(ROOT)), data
     print(f"routed replay of {args.cluster_traces} at replicas {replicas}:", flush=True)
     t0 = time.time()
     name, groups = load_trace_set(args.cluster_traces)
@@ -380,11 +382,12 @@ def routed_acceptance_profiles(args, replicas) -> tuple[str, dict]:
         groups=len(groups),
         responses=sum(len(g.responses) for g in groups),
         seconds=round(time.time() - t0, 1),
+        log_length_icc=log_length_icc(groups),  # how much a prompt's samples share their length
         profiles=profiles,
     )
     path.write_text(json.dumps(data, indent=1))
     print(f"wrote {path}")
-    return str(path.relative_to(ROOT)), profiles
+    return str(path.relative_to(ROOT)), data
 
 
 def cluster_main(args):
@@ -393,7 +396,8 @@ def cluster_main(args):
     rates = fit_roofline(anchor)
     setups = recipe_setups()
     replicas = sorted(set(args.cluster_replicas) | {setup.replicas for setup, _ in setups.values()})
-    source, profiles = routed_acceptance_profiles(args, replicas)
+    source, replayed = routed_acceptance_profiles(args, replicas)
+    profiles = replayed["profiles"]
     costs = {  # (step cost, roofline for the prefill estimate)
         SETUP_32B["name"]: (anchor, DenseRooflineCost(rates, QWEN3_32B)),
         SETUP_235B["name"]: (MoeRooflineCost(rates), MoeRooflineCost(rates)),
@@ -417,7 +421,8 @@ def cluster_main(args):
 
     run = (args.cluster_seeds, K, args.cluster_overhead_ms, args.min_steps)
     result = run_cluster(scales, profiles, lengths, *run)
-    result["what_ifs_32b"] = cluster_what_ifs(scales[0], profiles, lengths, run[0], CLUSTER_TARGET, *run[1:])
+    corr = replayed["log_length_icc"]
+    result["what_ifs_32b"] = cluster_what_ifs(scales[0], profiles, lengths, run[0], CLUSTER_TARGET, *run[1:], corr)
     own = [r for r in result["rows"] if r["scale"] == SETUP_32B["name"] and r["replicas"] == scales[0].setup.replicas]
     arms = (("default", "off"), ("default", "later"), ("affinity", "later"))
     result["breakdown_32b_later"] = {f"{ro}, {arm}": time_breakdown(own, ro, arm) for ro, arm in arms}
@@ -438,10 +443,14 @@ def cluster_main(args):
     for label, b in result["breakdown_32b_later"].items():
         print(f"  {label:<18} " + ", ".join(f"{k} {v:.2f}" for k, v in b.items()))
     w = result["what_ifs_32b"]
-    for case in ("position_free", "correlated_lengths"):
+    for case in ("position_free", "correlated_lengths", "position_free_correlated"):
         print(
             f"what-if, {w[case][0]['case']}: "
-            + ", ".join(f"{r['routing']} {r['arm']} {r['wall_s']:.0f} s ({r['x_off']:.3f}x)" for r in w[case])
+            + ", ".join(
+                f"{r['routing']} {r['arm']} {r['wall_s']:.0f} s "
+                f"({r['x_off']:.3f}x; {r['x_default_off']:.3f}x default's)"
+                for r in w[case]
+            )
         )
     print(f"target <= {CLUSTER_TARGET}x: {w['target']}")
     out = ROOT / f"benchmarks/results/simulate_cluster_{time.strftime('%Y-%m-%d')}.json"

@@ -468,3 +468,15 @@ def test_constant_acceptance_needed_for_a_target():
     need = constant_acceptance_for(0.5, st, lengths, grid, pols["threshold 4"], pols["off"], K)
     assert need == pytest.approx(2.0, abs=0.05)
     assert constant_acceptance_for(0.2, st, lengths, grid, pols["threshold 4"], pols["off"], K) is None
+
+
+def test_log_length_icc():
+    from benchmarks.data import TraceGroup
+    from benchmarks.simulator import log_length_icc
+
+    rng = np.random.default_rng(0)
+    prompt = np.zeros(2, dtype=np.int32)
+    shared = [TraceGroup(prompt, [np.zeros(n, np.int32)] * 4) for n in rng.integers(10, 2000, 30)]
+    assert log_length_icc(shared) == pytest.approx(1.0)
+    own = [TraceGroup(prompt, [np.zeros(n, np.int32) for n in rng.integers(10, 2000, 4)]) for _ in range(200)]
+    assert abs(log_length_icc(own)) < 0.1
