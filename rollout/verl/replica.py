@@ -6,7 +6,8 @@
   ``additional_config.sam_spec`` on NPU (vllm-ascend does not dispatch ``custom_class``;
   ``rollout.ascend.ngram_route`` turns that route into SAM).
 - ``SamvLLMHttpServer.sam_spec_metrics`` returns the proposer's counters from every worker
-  (verl's own ``collective_rpc`` discards results).
+  (verl's own ``collective_rpc`` discards results); ``sam_save_prompt_store`` and
+  ``sam_load_prompt_store`` move the prompt store to and from a file (``rollout.verl.checkpoint``).
 - ``SamvLLMReplica`` launches those servers and registers itself for per-step metrics
   (``rollout.verl.tracking``).
 
@@ -19,6 +20,7 @@ import ray
 from verl.utils.device import get_device_name
 from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMHttpServer, vLLMReplica
 
+from rollout.engine_kwargs import SETTINGS_KEY
 from rollout.verl import tracking
 from rollout.verl.engine_args import route_sam_engine_kwargs, sam_requested
 
@@ -32,6 +34,14 @@ class SamvLLMHttpServer(vLLMHttpServer):
         """``SamMetrics.as_dict()`` per worker (None where no SAM proposer runs)."""
         return await self.engine.collective_rpc("sam_spec_metrics")
 
+    async def sam_save_prompt_store(self, path: str) -> list:
+        """Per worker: what the engine's first worker wrote to `path` (or its error); None elsewhere."""
+        return await self.engine.collective_rpc("sam_spec_save_prompt_store", args=(path,))
+
+    async def sam_load_prompt_store(self, path: str) -> list:
+        """Per worker: what its prompt store holds after loading `path`, and why it is empty if it is."""
+        return await self.engine.collective_rpc("sam_spec_load_prompt_store", args=(path,))
+
 
 class SamvLLMReplica(vLLMReplica):
     def __init__(self, replica_rank: int, config, model_config, *args, **kwargs):
@@ -39,6 +49,13 @@ class SamvLLMReplica(vLLMReplica):
         self.server_class = ray.remote(SamvLLMHttpServer)
         engine_kwargs = (self.config.engine_kwargs or {}).get("vllm") or {}
         self.sam_enabled = sam_requested(engine_kwargs)
+        self.sam_prompt_store = self.sam_enabled and prompt_store_requested(engine_kwargs)  # saved with checkpoints
         role = "reward" if self.is_reward_model else "teacher" if self.is_teacher_model else "rollout"
         self.sam_key = f"{role}_{self.replica_rank}{self.name_suffix}"
         tracking.track_replica(self)
+
+
+def prompt_store_requested(engine_kwargs) -> bool:
+    """``additional_config.sam_spec.prompt_store`` (checked with the other settings when the server starts)."""
+    settings = (engine_kwargs.get("additional_config") or {}).get(SETTINGS_KEY) or {}
+    return bool(settings.get("prompt_store", False))

@@ -15,14 +15,20 @@ NPUModelRunner inherit them):
   stepper snapshot (None where no SAM proposer runs).
 - ``WorkerBase.sam_spec_pause``: ``LLM.collective_rpc("sam_spec_pause", args=(True,))`` switches
   speculation off at run time (``False``: on again); returns whether the worker has a SAM proposer.
+- ``WorkerBase.sam_spec_save_prompt_store`` / ``sam_spec_load_prompt_store`` (``args=(path,)``): the
+  prompt store to and from a file (docs/prompt-store.md). Every TP worker drafts alike and holds the
+  same store, so the engine's first worker saves it and every worker loads it.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 
 RUNNER_MODULE = "vllm.v1.worker.gpu_model_runner"
 _MARK = "__sam_spec_patched__"
+
+logger = logging.getLogger(__name__)
 
 
 def apply() -> bool:
@@ -30,9 +36,9 @@ def apply() -> bool:
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
     from vllm.v1.worker.worker_base import WorkerBase
 
-    if not hasattr(WorkerBase, "sam_spec_metrics"):
-        WorkerBase.sam_spec_metrics = worker_sam_metrics
-        WorkerBase.sam_spec_pause = worker_sam_pause
+    for name, rpc in WORKER_RPCS.items():
+        if not hasattr(WorkerBase, name):
+            setattr(WorkerBase, name, rpc)
     return _patch_runner_class(GPUModelRunner)
 
 
@@ -50,10 +56,58 @@ def worker_sam_pause(worker, paused: bool) -> bool:
     return stepper is not None
 
 
+def worker_sam_save_prompt_store(worker, path: str) -> dict | None:
+    """Write the prompt store to `path` on the engine's first worker: what was written, or the error
+    (never raised: a failed save must not stop the engine). None on other workers or without a store."""
+    store = _prompt_store(worker)
+    if store is None or not _first_worker(worker):
+        return None
+    try:
+        file_bytes = store.save(path)
+    except Exception as e:
+        logger.error("SAM prompt store NOT saved to %s: %s: %s", path, type(e).__name__, e)
+        return {"path": path, "error": f"{type(e).__name__}: {e}"}
+    return {"path": path, "file_bytes": file_bytes, **_holdings(store)}
+
+
+def worker_sam_load_prompt_store(worker, path: str) -> dict | None:
+    """Replace the prompt store by the one saved at `path`: what it holds now, and `warning` (why it
+    starts empty, or None). None without a prompt store."""
+    stepper = _stepper(worker)
+    if stepper is None or stepper.drafter.prompt_store is None:
+        return None
+    warning = stepper.drafter.load_prompt_store(path)
+    return {"path": path, "warning": warning, **_holdings(stepper.drafter.prompt_store)}
+
+
+WORKER_RPCS = {
+    "sam_spec_metrics": worker_sam_metrics,
+    "sam_spec_pause": worker_sam_pause,
+    "sam_spec_save_prompt_store": worker_sam_save_prompt_store,
+    "sam_spec_load_prompt_store": worker_sam_load_prompt_store,
+}
+
+
 def _stepper(worker):
     runner = getattr(worker, "model_runner", None)
     drafter = getattr(runner, "drafter", None) or getattr(runner, "speculator", None)  # V1 runner; Model Runner V2
     return getattr(drafter, "stepper", None)
+
+
+def _prompt_store(worker):
+    stepper = _stepper(worker)
+    return None if stepper is None else stepper.drafter.prompt_store
+
+
+def _first_worker(worker) -> bool:
+    """Rank 0 of the engine (TP/PP) and of its data-parallel group: one file per replica."""
+    data_parallel_rank = getattr(getattr(worker, "parallel_config", None), "data_parallel_rank", 0)
+    return getattr(worker, "rank", 0) == 0 and data_parallel_rank == 0
+
+
+def _holdings(store) -> dict:
+    s = store.stats()
+    return {"prompts": s.prompts, "responses": s.responses, "tokens": s.tokens, "evicted_prompts": s.evicted_prompts}
 
 
 def _patch_runner_class(cls) -> bool:

@@ -1,0 +1,183 @@
+"""The prompt stores in verl 0.9.1's checkpoints (rollout.verl.checkpoint): the folders verl's V1 trainer
+saves to and resumes from, and its real ``_save_checkpoint``/``_load_checkpoint`` wrapped, on a sync
+trainer built from the CPU recipe's config. Stood in: the actor worker group and the dataloader (no
+model here), and each replica's server, a Ray actor whose one engine worker holds a real SamStepper
+and answers through the worker RPCs of rollout.vllm.runner_patch."""
+
+import os
+from types import SimpleNamespace
+
+import numpy as np
+from verl_step import verl_step_only
+
+verl_step_only()
+
+import ray  # noqa: E402
+from test_verl_metrics import WORKER_START_S, ray_local  # noqa: E402, F401 (Ray with the recipes' worker hook)
+from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync  # noqa: E402
+from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path  # noqa: E402
+
+from rollout.verl import checkpoint, recipe_config, replica  # noqa: E402
+
+RECIPE = ("dapo_smollm2_cpu", "dapo_smollm2_cpu")
+
+
+def config(tmp_path, *overrides):
+    return recipe_config.compose_recipe(
+        *RECIPE,
+        [
+            "actor_rollout_ref.model.path=/m",
+            "data.train_files=/t",
+            "data.val_files=/v",
+            f"trainer.default_local_dir={tmp_path / 'checkpoints'}",
+            "sam.prompt_store=true",
+            *overrides,
+        ],
+    )
+
+
+# -- folders --------------------------------------------------------------------------------------
+def test_the_resumed_folder_is_the_one_verl_finds(tmp_path):
+    cfg = config(tmp_path, "trainer.resume_mode=auto").trainer
+    root = tmp_path / "checkpoints"
+    (root / "global_step_7").mkdir(parents=True)
+    (root / "latest_checkpointed_iteration.txt").write_text("7")
+    assert checkpoint.resumed_checkpoint_folder(cfg, 7) == find_latest_ckpt_path(str(root))
+    assert checkpoint.saved_checkpoint_folder(cfg, 7) == str(root / "global_step_7")
+    assert checkpoint.resumed_checkpoint_folder(cfg, 0) is None  # verl found nothing: from scratch
+
+
+def test_resume_path_relative_to_the_working_folder_and_disable(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = config(tmp_path, "trainer.resume_mode=resume_path", "trainer.resume_from_path=elsewhere/global_step_3")
+    assert checkpoint.resumed_checkpoint_folder(cfg.trainer, 3) == str(tmp_path / "elsewhere" / "global_step_3")
+    assert checkpoint.resumed_checkpoint_folder(config(tmp_path, "trainer.resume_mode=disable").trainer, 3) is None
+
+
+def test_a_relative_default_local_dir_is_made_absolute_for_the_engines(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = config(tmp_path, "trainer.default_local_dir=ckpts").trainer
+    assert checkpoint.store_path(checkpoint.saved_checkpoint_folder(cfg, 2), 1) == str(
+        tmp_path / "ckpts" / "global_step_2" / "sam_prompt_store" / "rollout_1.npz"
+    )
+
+
+def test_checkpoints_kept_follows_verls_actor_rule(tmp_path):
+    assert checkpoint.checkpoints_kept(config(tmp_path).trainer) is None
+    assert checkpoint.checkpoints_kept(config(tmp_path, "trainer.max_actor_ckpt_to_keep=2").trainer) == 2
+    assert checkpoint.checkpoints_kept(config(tmp_path, "+trainer.remove_previous_ckpt_in_save=true").trainer) == 1
+
+
+# -- the wrapped trainer methods --------------------------------------------------------------------
+@ray.remote(num_cpus=0)
+class StoreServer:
+    """Stands in for SamvLLMHttpServer: one engine worker with a real SamStepper."""
+
+    def __init__(self):
+        self.restart()
+
+    def restart(self):
+        """A new engine: an empty prompt store."""
+        from rollout.settings import SamSettings
+        from rollout.stepper import SamStepper
+
+        stepper = SamStepper(SamSettings.from_mapping(3, {"prompt_store": True}), max_model_len=256)
+        drafter = SimpleNamespace(stepper=stepper)
+        self.worker = SimpleNamespace(rank=0, model_runner=SimpleNamespace(drafter=drafter))
+
+    def visit(self, prompt, response):
+        d = self.worker.model_runner.drafter.stepper.drafter
+        d.start("r", np.array(prompt), group="g")
+        d.extend(["r"], np.array(response), [len(response)])
+        d.finish("r")
+
+    def contents(self):
+        store = self.worker.model_runner.drafter.stepper.drafter.prompt_store
+        return [(key, [r.tolist() for r in responses]) for key, responses in store.items()]
+
+    async def sam_save_prompt_store(self, path):
+        from rollout.vllm.runner_patch import worker_sam_save_prompt_store
+
+        return [worker_sam_save_prompt_store(self.worker, path)]
+
+    async def sam_load_prompt_store(self, path):
+        from rollout.vllm.runner_patch import worker_sam_load_prompt_store
+
+        return [worker_sam_load_prompt_store(self.worker, path)]
+
+
+class ActorGroup:
+    """Stands in for the actor worker group: the actor's checkpoint is a folder."""
+
+    def save_checkpoint(self, local_path, hdfs_path, global_step, max_ckpt_to_keep=None):
+        os.makedirs(local_path, exist_ok=True)
+
+    def load_checkpoint(self, local_path, del_local_after_load=False):
+        assert os.path.isdir(local_path), local_path
+
+
+class Dataloader:
+    def state_dict(self):
+        return {"consumed": 1}
+
+    def load_state_dict(self, state):
+        assert state == {"consumed": 1}
+
+
+def trainer(tmp_path, servers, *overrides):
+    cfg = config(tmp_path, *overrides)
+    t = PPOTrainerSync(cfg)
+    t.actor_rollout_wg, t.train_dataloader = ActorGroup(), Dataloader()
+    replicas = []
+    for rank, server in enumerate(servers):
+        r = replica.SamvLLMReplica(rank, cfg.actor_rollout_ref.rollout, None, gpus_per_node=1)
+        r.servers = [server]
+        replicas.append(r)
+    t.llm_server_manager = SimpleNamespace(get_replicas=lambda: replicas)
+    return t
+
+
+def test_stores_are_saved_with_each_checkpoint_and_loaded_on_resume(ray_local, tmp_path, capsys):  # noqa: F811
+    checkpoint.wrap()
+    checkpoint.wrap()  # idempotent
+    assert PPOTrainerSync._save_checkpoint.__wrapped__.__qualname__ == "PPOTrainer._save_checkpoint"
+    servers = [StoreServer.remote(), StoreServer.remote()]
+    ray.get(servers[0].visit.remote([1, 2, 3], [10, 11, 12]), timeout=WORKER_START_S)
+    ray.get(servers[1].visit.remote([4, 5], [20, 21]), timeout=WORKER_START_S)
+    ray.get(servers[1].visit.remote([6], [30]), timeout=WORKER_START_S)
+    saved = ray.get([s.contents.remote() for s in servers])
+    root = tmp_path / "checkpoints"
+
+    t = trainer(tmp_path, servers, "trainer.max_actor_ckpt_to_keep=1")
+    for step in (2, 4):
+        t.global_steps = step
+        t._save_checkpoint()
+    out = capsys.readouterr().out
+    assert "[sam] prompt store of rollout replica 1: saved 2 prompts, 3 tokens" in out
+    assert (root / "latest_checkpointed_iteration.txt").read_text() == "4"
+    assert not (root / "global_step_2" / "sam_prompt_store").exists()  # kept: the newest one only
+    assert sorted(os.listdir(root / "global_step_4" / "sam_prompt_store")) == ["rollout_0.npz", "rollout_1.npz"]
+
+    ray.get([s.restart.remote() for s in servers])  # new engines
+    os.remove(root / "global_step_4" / "sam_prompt_store" / "rollout_1.npz")
+    resumed = trainer(tmp_path, servers, "trainer.resume_mode=auto")
+    resumed._load_checkpoint()
+    assert resumed.global_steps == 4
+    assert ray.get(servers[0].contents.remote()) == saved[0]  # rank 0 has rank 0's store
+    assert ray.get(servers[1].contents.remote()) == []  # its file is gone: empty, and said so
+    out = capsys.readouterr().out
+    assert "[sam] prompt store of rollout replica 0: loaded 1 prompts, 3 tokens" in out
+    assert "[sam] WARNING: prompt store of rollout replica 1 starts empty" in out and "no such file" in out
+
+
+def test_a_failed_save_is_loud_and_training_goes_on(ray_local, tmp_path, caplog):  # noqa: F811
+    checkpoint.wrap()
+    server = StoreServer.remote()
+    ray.get(server.visit.remote([1, 2, 3], [10, 11, 12]), timeout=WORKER_START_S)
+    t = trainer(tmp_path, [server])
+    t.global_steps = 1
+    (tmp_path / "checkpoints" / "global_step_1").mkdir(parents=True)
+    (tmp_path / "checkpoints" / "global_step_1" / "sam_prompt_store").write_text("a file where the folder goes")
+    t._save_checkpoint()  # does not raise
+    assert "SAM prompt store of rollout replica 0 NOT saved" in caplog.text
+    assert (tmp_path / "checkpoints" / "latest_checkpointed_iteration.txt").read_text() == "1"
