@@ -40,7 +40,7 @@ TOKEN_DTYPE = np.dtype("<i4")  # tokens on disk, whatever the machine's byte ord
 
 
 class PromptStoreFileError(ValueError):
-    """A prompt store file that cannot be used; the message names the file and the reason."""
+    """Why a saved store cannot be used (`PromptStore.load` reports it with the file's name)."""
 
 
 @dataclass
@@ -71,7 +71,7 @@ class _Entry:
 
 
 def prompt_key(prompt: np.ndarray) -> bytes:
-    return hashlib.blake2b(np.ascontiguousarray(prompt, dtype=np.int32).tobytes(), digest_size=16).digest()
+    return hashlib.blake2b(np.ascontiguousarray(prompt, dtype=np.int32).tobytes(), digest_size=KEY_BYTES).digest()
 
 
 class PromptStore:
