@@ -6,12 +6,16 @@ routes as verl's default does and only measures.
 - ``rollout/requests``: requests routed in the step (a DAPO step with refills routes several batches);
 - ``rollout/route_group_colocation``: for each request that started while siblings of its group were in
   flight, the share of those siblings on its own replica, averaged (1.0: every group on one engine);
-- ``rollout/route_revisit_requests`` and ``rollout/route_revisits_on_earlier_replica``: requests of a
-  prompt whose earlier visit ended, and the share routed to a replica that served that prompt before;
+- ``rollout/route_revisit_requests`` and ``rollout/route_revisit_store_share``: requests of a prompt
+  whose earlier visit ended, and, averaged over them, the share of that prompt's last visit that ran on
+  the request's replica (where its stored responses are; 1.0 when groups return whole to their replica,
+  about 1/R under verl's default routing);
 - ``rollout/route_inflight_max_over_mean``: the replicas' peak in-flight requests in the step, max over
   mean; ``rollout/route_requests_max_over_mean``: requests routed per replica, max over mean;
 - ``rollout/sam_store_hit_rate_on_revisits``: requests that started with their prompt's stored responses
-  on their engine (SAM's counter) over revisit requests (the router's), where both are measured.
+  on their engine (SAM's counter) over revisit requests (the router's), where both are measured. Under
+  verl's default routing a group spread over every replica leaves part of its responses on each, so this
+  reads high there; the store share above says how much of the store a request finds.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ COUNTERS = (
     "sibling_observations",
     "colocated_share_sum",
     "revisit_requests",
-    "revisits_on_earlier_replica",
+    "revisit_store_share_sum",
     "overflowed_groups",
 )
 STORE_HITS = "rollout/sam_requests_with_store"  # SAM's per-step counter (rollout.metrics)
@@ -65,7 +69,7 @@ class RoutingStepTracker:
         if d["sibling_observations"]:
             out["rollout/route_group_colocation"] = d["colocated_share_sum"] / d["sibling_observations"]
         if d["revisit_requests"]:
-            out["rollout/route_revisits_on_earlier_replica"] = d["revisits_on_earlier_replica"] / d["revisit_requests"]
+            out["rollout/route_revisit_store_share"] = d["revisit_store_share_sum"] / d["revisit_requests"]
         return out
 
 

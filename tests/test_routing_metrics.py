@@ -8,7 +8,7 @@ from rollout.routing_metrics import RoutingStepTracker, store_hit_rate_on_revisi
 def snapshot(requests, by_server, peaks, **counters):
     base = dict.fromkeys(
         ("keyed_requests", "sibling_observations", "colocated_share_sum", "revisit_requests",
-         "revisits_on_earlier_replica", "overflowed_groups"), 0)  # fmt: skip
+         "revisit_store_share_sum", "overflowed_groups"), 0)  # fmt: skip
     return {**base, "requests": requests, "requests_by_server": by_server, "peak_inflight_by_server": peaks,
             **counters}  # fmt: skip
 
@@ -20,7 +20,7 @@ def test_a_step_reports_the_difference_since_the_last_step():
     )
     assert first["rollout/requests"] == 16 and first["rollout/route_group_colocation"] == 1.0
     assert first["rollout/route_requests_max_over_mean"] == 1.0
-    assert "rollout/route_revisits_on_earlier_replica" not in first  # no revisit yet
+    assert "rollout/route_revisit_store_share" not in first  # no revisit yet
     second = tracker.step_metrics(
         snapshot(
             40,
@@ -29,12 +29,12 @@ def test_a_step_reports_the_difference_since_the_last_step():
             sibling_observations=30,
             colocated_share_sum=21.0,
             revisit_requests=16,
-            revisits_on_earlier_replica=12,
+            revisit_store_share_sum=12.0,
         )  # fmt: skip
     )
     assert second["rollout/requests"] == 24
     assert second["rollout/route_group_colocation"] == pytest.approx(9.0 / 18)
-    assert second["rollout/route_revisits_on_earlier_replica"] == 0.75
+    assert second["rollout/route_revisit_store_share"] == 0.75
     assert second["rollout/route_inflight_max_over_mean"] == 1.5
     assert second["rollout/route_requests_max_over_mean"] == 1.0
 

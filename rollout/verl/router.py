@@ -52,7 +52,8 @@ class RouterSettings:
     load_bound: a replica takes a new group only while its in-flight requests, with the group, stay
         within load_bound x the mean over replicas (>= 1; 1.25 is the issue's target spread).
     virtual_nodes: ring points per replica (more: a more even share of prompts per replica).
-    prompt_memory: prompts remembered for revisit metrics and the replicas that served them (LRU).
+    prompt_memory: prompts remembered (LRU) with the replicas that served them: where their stored
+        responses are, for routing and for the revisit metrics.
     """
 
     policy: str = PROMPT_AFFINITY
@@ -125,11 +126,12 @@ class HashRing:
 
 @dataclass
 class _Group:
-    """A prompt's requests in flight (one visit), per replica, and the replicas that served its earlier
-    visits (empty on a first visit)."""
+    """One visit of a prompt: its requests in flight and all it placed, per replica, and where its
+    earlier visits ran (``_served``'s entry at the visit's start; empty on a first visit)."""
 
     on_server: dict[str, int]
-    earlier: frozenset[str]
+    placed: dict[str, int]
+    earlier: dict[str, int]
 
     @property
     def inflight(self) -> int:
@@ -145,7 +147,9 @@ class RoutingCounters:
     sibling_observations: int = 0  # acquires that found siblings of their group in flight
     colocated_share_sum: float = 0.0  # sum over those of the share of siblings on the same replica
     revisit_requests: int = 0  # acquires of a prompt whose earlier visit ended
-    revisits_on_earlier_replica: int = 0  # of those, routed to a replica that served the prompt before
+    # over those, the sum of the share of the prompt's last visit that ran on the chosen replica (where
+    # its stored responses are): 1.0 each when a group returns whole to its replica
+    revisit_store_share_sum: float = 0.0
     overflowed_groups: int = 0  # groups passed on along the ring by the load bound
 
 
@@ -158,7 +162,8 @@ class SamLoadBalancer(GlobalRequestLoadBalancer):
         self._ring = HashRing(self.settings.virtual_nodes)
         self._ring_names: dict[str, str] = {}
         self._groups: dict[bytes, _Group] = {}  # prompts with requests in flight
-        self._served: OrderedDict[bytes, set[str]] = OrderedDict()  # prompt -> replicas that served it
+        # prompt -> {replica: requests of its last visit there}; replicas of older visits stay with 0
+        self._served: OrderedDict[bytes, dict[str, int]] = OrderedDict()
         self._inflight_by_request: dict[str, tuple[bytes | None, str]] = {}
         self._largest_group = 1  # the most requests of one visit seen in flight: a group's expected size
         self._burst_peak = 0  # the most requests in flight since the replicas were last all idle
@@ -201,8 +206,9 @@ class SamLoadBalancer(GlobalRequestLoadBalancer):
             group.on_server[server_id] = left
         else:
             group.on_server.pop(server_id, None)
-        if not group.on_server:  # the visit ended
+        if not group.on_server:  # the visit ended: its placement is where the prompt's store is now
             del self._groups[key]
+            self._remember(key, group.placed)
 
     def add_servers(self, servers: dict[str, Any]) -> None:
         super().add_servers(servers)
@@ -241,7 +247,9 @@ class SamLoadBalancer(GlobalRequestLoadBalancer):
         Saved beside the prompt stores, so a resumed run sends a prompt where its stored responses are."""
         state = {
             "format": ROUTER_STATE_FORMAT,
-            "served": {key.hex(): sorted(self._ring_names[s] for s in served) for key, served in self._served.items()},
+            "served": {
+                key.hex(): {self._ring_names[s]: n for s, n in served.items()} for key, served in self._served.items()
+            },
         }
         folder = os.path.dirname(os.path.abspath(path))
         os.makedirs(folder, exist_ok=True)
@@ -261,7 +269,7 @@ class SamLoadBalancer(GlobalRequestLoadBalancer):
                                  f"expected {ROUTER_STATE_FORMAT}")  # fmt: skip
             by_name = {name: sid for sid, name in self._ring_names.items() if sid in self._inflight_requests}
             served = {
-                bytes.fromhex(key): {by_name[n] for n in names if n in by_name}
+                bytes.fromhex(key): {by_name[name]: int(n) for name, n in names.items() if name in by_name}
                 for key, names in state["served"].items()
             }
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
@@ -326,20 +334,21 @@ class SamLoadBalancer(GlobalRequestLoadBalancer):
         c.keyed_requests += 1
         group = self._groups.get(key)
         if group is None:  # a new visit of this prompt
-            group = self._groups[key] = _Group(on_server={}, earlier=frozenset(self._served.get(key, ())))
+            group = self._groups[key] = _Group(on_server={}, placed={}, earlier=dict(self._served.get(key, {})))
         else:
             c.sibling_observations += 1
             c.colocated_share_sum += group.on_server.get(server_id, 0) / group.inflight
-        if group.earlier:
+        last_visit = sum(group.earlier.values())
+        if last_visit:
             c.revisit_requests += 1
-            c.revisits_on_earlier_replica += server_id in group.earlier
+            c.revisit_store_share_sum += group.earlier.get(server_id, 0) / last_visit
         group.on_server[server_id] = group.on_server.get(server_id, 0) + 1
+        group.placed[server_id] = group.placed.get(server_id, 0) + 1
         self._largest_group = max(self._largest_group, group.inflight)
-        self._remember(key, server_id)
 
-    def _remember(self, key: bytes, server_id: str) -> None:
-        served = self._served.pop(key, None) or set()
-        served.add(server_id)
+    def _remember(self, key: bytes, placed: dict[str, int]) -> None:
+        """A visit ended: its replicas hold the prompt's newest responses; earlier ones keep older ones."""
+        served = dict.fromkeys(self._served.pop(key, {}), 0) | placed
         self._served[key] = served
         while len(self._served) > self.settings.prompt_memory:
             self._served.popitem(last=False)
