@@ -8,6 +8,7 @@
 - ``SamvLLMHttpServer.sam_spec_metrics`` returns the proposer's counters from every worker
   (verl's own ``collective_rpc`` discards results); ``sam_save_prompt_store`` and
   ``sam_load_prompt_store`` move the prompt store to and from a file (``rollout.verl.checkpoint``).
+- ``SamvLLMHttpServer.generated_tokens`` counts the response tokens it generated, SAM on or off.
 - ``SamvLLMReplica`` launches those servers and registers itself for per-step metrics
   (``rollout.verl.tracking``).
 
@@ -33,6 +34,15 @@ class SamvLLMHttpServer(vLLMHttpServer):
     async def sam_spec_metrics(self) -> list:
         """``SamMetrics.as_dict()`` per worker (None where no SAM proposer runs)."""
         return await self.engine.collective_rpc("sam_spec_metrics")
+
+    async def generate(self, *args, **kwargs):
+        output = await super().generate(*args, **kwargs)
+        self._generated = getattr(self, "_generated", 0) + len(output.token_ids)
+        return output
+
+    async def generated_tokens(self) -> int:
+        """Response tokens this server generated since it started (both arms: rollout time per token)."""
+        return getattr(self, "_generated", 0)
 
     async def sam_save_prompt_store(self, path: str) -> list:
         """Per worker: what the engine's first worker wrote to `path` (or its error); None elsewhere."""
