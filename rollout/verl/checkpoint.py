@@ -10,7 +10,9 @@ Ray worker, has it done when a process (the trainer's) imports that module:
   (docs/prompt-store.md); as verl does for the actor, only this run's newest
   ``trainer.max_actor_ckpt_to_keep`` checkpoints keep theirs;
 - after a resume from ``global_step_<N>``, every such replica loads its rank's file. A replica keeps its
-  rank across restarts and the router sends a prompt to the same rank, so rank r's file is rank r's.
+  rank across restarts and the router sends a prompt to the same rank, so rank r's file is rank r's;
+- our router's memory of which replica ranks served each prompt (``router.json``) is saved and loaded
+  beside the stores, so a prompt the load bound had moved goes back to where its responses are.
 
 The engines' workers read and write the files, so paths are absolute and the folder must be one they
 can reach. Nothing here stops training: a store that cannot be saved is logged as an error, one that
@@ -26,12 +28,14 @@ from collections.abc import Iterable
 from typing import Any
 
 from rollout.import_hooks import after_import
+from rollout.verl import tracking
 
 logger = logging.getLogger(__name__)
 
 TRAINER_MODULE = "verl.trainer.ppo.v1.trainer_base"
 _MARK = "__sam_spec_wrapped__"
 STORE_DIR = "sam_prompt_store"
+ROUTER_STATE = "router.json"  # rollout.verl.router.SamLoadBalancer.save_state, beside the stores
 RPC_TIMEOUT_S = 600.0  # a store of a few GiB is written or read in seconds; a busy file system takes longer
 
 _saved_folders: list[str] = []  # this process's saved store folders, oldest first
@@ -72,6 +76,7 @@ def after_save(trainer) -> None:
         return
     folder = saved_checkpoint_folder(trainer.config.trainer, trainer.global_steps)
     save_prompt_stores(replicas, folder)
+    save_router_state(folder)
     _saved_folders.append(os.path.join(folder, STORE_DIR))
     keep = checkpoints_kept(trainer.config.trainer)
     while keep and len(_saved_folders) > keep:  # as verl does for the actor: this run's saves only
@@ -82,6 +87,7 @@ def after_load(trainer) -> None:
     replicas = prompt_store_replicas(trainer)
     folder = resumed_checkpoint_folder(trainer.config.trainer, trainer.global_steps)
     if replicas and folder is not None:
+        load_router_state(folder)
         load_prompt_stores(replicas, folder)
 
 
@@ -162,6 +168,42 @@ def load_prompt_stores(replicas: Iterable[Any], checkpoint_folder: str) -> None:
             # printed: importing vLLM's API server sets the root logger and its handlers to ERROR
             # (model_hosting_container_standards), which would swallow a logged warning here
             print(f"[sam] WARNING: prompt store of rollout replica {rank} starts empty: {reason}", flush=True)
+
+
+def router_state_path(checkpoint_folder: str) -> str:
+    return os.path.join(checkpoint_folder, STORE_DIR, ROUTER_STATE)
+
+
+def save_router_state(checkpoint_folder: str) -> None:
+    """Our router's memory of which replica served each prompt, beside the stores (where they are)."""
+    import ray
+
+    router = tracking.rollout_router()
+    if router is None:
+        return
+    path = router_state_path(checkpoint_folder)
+    try:
+        prompts = ray.get(router.save_state.remote(path), timeout=RPC_TIMEOUT_S)
+        print(f"[sam] router state: saved {prompts} prompts' replicas to {path}", flush=True)
+    except Exception as e:
+        logger.error("SAM router state NOT saved to %s: %s; a resume routes by the hash ring alone", path, e)
+
+
+def load_router_state(checkpoint_folder: str) -> None:
+    import ray
+
+    router = tracking.rollout_router()
+    if router is None:
+        return
+    path = router_state_path(checkpoint_folder)
+    try:
+        loaded = ray.get(router.load_state.remote(path), timeout=RPC_TIMEOUT_S)
+    except Exception as e:
+        loaded = {"prompts": 0, "warning": f"{type(e).__name__}: {e}"}
+    if loaded["warning"] is None:
+        print(f"[sam] router state: loaded {loaded['prompts']} prompts' replicas from {path}", flush=True)
+    else:
+        print(f"[sam] WARNING: router state starts empty (routing by the hash ring): {loaded['warning']}", flush=True)
 
 
 def _results(refs: dict) -> dict:
