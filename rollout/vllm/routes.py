@@ -151,7 +151,7 @@ def guard_worker_start() -> None:
 
 
 def _patch_worker_wrapper() -> None:
-    from vllm.v1.worker.worker_base import WorkerBase, WorkerWrapperBase
+    from vllm.v1.worker.worker_base import WorkerWrapperBase
 
     original = WorkerWrapperBase.init_device
     if getattr(original, _MARK, False):
@@ -164,6 +164,4 @@ def _patch_worker_wrapper() -> None:
 
     setattr(init_device, _MARK, True)
     WorkerWrapperBase.init_device = init_device
-    if not hasattr(WorkerBase, "sam_spec_metrics"):  # the same RPCs as on the custom_class route
-        WorkerBase.sam_spec_metrics = runner_patch.worker_sam_metrics
-        WorkerBase.sam_spec_pause = runner_patch.worker_sam_pause
+    runner_patch.install_worker_rpcs()  # the same RPCs as on the custom_class route

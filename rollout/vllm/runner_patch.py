@@ -34,12 +34,18 @@ logger = logging.getLogger(__name__)
 def apply() -> bool:
     """Wrap the V1 model runner's hooks and add the metrics RPC. True if anything was patched now."""
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    install_worker_rpcs()
+    return _patch_runner_class(GPUModelRunner)
+
+
+def install_worker_rpcs() -> None:
+    """SAM's collective RPCs on vLLM's worker base class (both routes: custom_class and method ``sam``)."""
     from vllm.v1.worker.worker_base import WorkerBase
 
     for name, rpc in WORKER_RPCS.items():
         if not hasattr(WorkerBase, name):
             setattr(WorkerBase, name, rpc)
-    return _patch_runner_class(GPUModelRunner)
 
 
 def worker_sam_metrics(worker) -> dict | None:
