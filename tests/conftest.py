@@ -11,7 +11,9 @@ skip would hide a broken set-up.
 
 import importlib
 import os
+import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -52,3 +54,22 @@ def require_module(name: str):
         return importlib.import_module(name)
     except ImportError as e:
         require(False, f"{name} is not importable: {e}")
+
+
+def released_wheel(distribution: str, version: str) -> zipfile.ZipFile:
+    """A released wheel, downloaded once with --no-deps and cached, for contract tests that read a vLLM
+    this machine cannot install (tests/test_vllm023_contract.py, tests/test_vllm034_contract.py)."""
+    cache = Path.home() / ".cache" / "sam-spec-rollout" / f"{distribution}-{version}"
+    pattern = f"{distribution.replace('-', '_')}-*.whl"
+    found = sorted(cache.glob(pattern))
+    if not found:
+        cache.mkdir(parents=True, exist_ok=True)
+        r = subprocess.run(
+            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary", ":all:"]
+            + [f"{distribution}=={version}", "-d", str(cache)],
+            capture_output=True,
+            text=True,
+        )
+        found = sorted(cache.glob(pattern))
+        require(bool(found), f"could not download {distribution}=={version}: {r.stderr.strip()[-300:]}")
+    return zipfile.ZipFile(found[-1])

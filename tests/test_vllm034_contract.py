@@ -15,7 +15,6 @@ from __future__ import annotations
 import ast
 import dataclasses
 import inspect
-import subprocess
 import sys
 import types
 import zipfile
@@ -25,7 +24,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from conftest import require
+from conftest import released_wheel
 
 from rollout.settings import SETTINGS_KEY
 from rollout.vllm import routes
@@ -39,18 +38,7 @@ RUNNER = "vllm/v1/worker/gpu/model_runner.py"
 
 @pytest.fixture(scope="module")
 def wheel() -> zipfile.ZipFile:
-    found = sorted(CACHE.glob("vllm-*.whl"))
-    if not found:
-        CACHE.mkdir(parents=True, exist_ok=True)
-        r = subprocess.run(
-            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary", ":all:"]
-            + [f"vllm=={VERSION}", "-d", str(CACHE)],
-            capture_output=True,
-            text=True,
-        )
-        found = sorted(CACHE.glob("vllm-*.whl"))
-        require(bool(found), f"could not download vllm=={VERSION}: {r.stderr.strip()[-300:]}")
-    return zipfile.ZipFile(found[-1])
+    return released_wheel("vllm", VERSION)
 
 
 def _source(wheel, path) -> str:
