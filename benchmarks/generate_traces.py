@@ -35,7 +35,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-tokens", type=int, default=4096)
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--seed", type=int, default=0, help="engine seed (no per-request seeds: see README traps)")
+    p.add_argument("--seed", type=int, default=0, help="engine seed (no per-request seeds: see docs/vllm-hooks.md)")
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--tp", type=int, default=1, help="tensor_parallel_size")
     p.add_argument(
