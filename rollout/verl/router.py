@@ -315,10 +315,13 @@ class SamLoadBalancer(GlobalRequestLoadBalancer):
 
     def _preference(self, key: bytes) -> list[str]:
         """Replicas in the order this prompt's group tries them: those that served its earlier visits
-        (they hold its stored responses), then the rest, each in ring order from the prompt's point."""
+        (they hold its stored responses), most of its last visit first, then the rest, in ring order from
+        the prompt's point."""
         order = self._ring.walk(int.from_bytes(key[:8], "big"))
-        served = self._served.get(key, ())
-        return [sid for sid in order if sid in served] + [sid for sid in order if sid not in served]
+        served = self._served.get(key, {})
+        rank = {sid: i for i, sid in enumerate(order)}
+        first = sorted((sid for sid in order if sid in served), key=lambda sid: (-served[sid], rank[sid]))
+        return first + [sid for sid in order if sid not in served]
 
     def _observe_start(self, request_id: str, key: bytes | None, server_id: str) -> None:
         c = self.counters

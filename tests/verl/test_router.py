@@ -197,7 +197,7 @@ def test_verl_builds_our_balancer_from_the_yaml_and_sends_prompt_ids():
     from verl.workers.rollout.llm_server import LLMServerClient
     from verl.workers.rollout.router import get_router_handle
 
-    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)  # not a running head
     try:
         handle = get_router_handle(dict(SERVERS), router_config_path=f"{REPO}/configs/router/prompt_affinity.yaml")
         config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"full_determinism": False}}})
@@ -243,3 +243,21 @@ def test_a_missing_or_bad_router_state_leaves_the_memory_empty_and_says_why(tmp_
         path.write_text(content)
     loaded = balancer().load_state(str(path))
     assert loaded["prompts"] == 0 and str(path) in loaded["warning"]
+
+
+def test_a_prompt_goes_first_to_where_its_last_visit_ran():
+    lb = balancer(servers=dict(list(SERVERS.items())[:2]))
+    (ids,) = prompts(1, seed=19)
+    home = route_batch(lb, [(0, ids)], n=4, tag="v1")[0][0][0]
+    other = next(s for s in list(SERVERS)[:2] if s != home)
+    held = [(home, f"hold-{i}") for i in range(8)]  # the home replica busy: the next visit is passed on
+    for _, rid in held:
+        lb._inflight_requests[home] += 1
+        lb._inflight_by_request[rid] = (None, home)
+    lb._last_burst_peak = 8
+    assert route_batch(lb, [(0, ids)], n=4, tag="v2")[0][0] == [other] * 4
+    for sid, rid in held:
+        lb.release_server(sid, request_id=rid)
+    # both replicas hold its responses now; the newest are on `other`, which it tries first
+    assert route_batch(lb, [(0, ids)], n=4, tag="v3")[0][0] == [other] * 4
+    assert lb.routing_stats()["revisit_store_share_sum"] == 4.0  # v2 found none of v1 there, v3 all of v2
