@@ -118,7 +118,9 @@ def test_the_step_logged_reward_rollout_time_acceptance_and_routing(trained):
         # every GRPO group on one engine, both engines used, the load within the router's bound
         assert step["rollout/route_group_colocation"] == 1.0 and step["rollout/route_replicas"] == 2
         assert step["rollout/requests"] == step["rollout/sam_requests_started"] >= PROMPTS * 4
-        assert step["rollout/route_inflight_max_over_mean"] <= 1.25
+        # the bound is 1.25x the mean; with 4-request groups on 2 replicas, 3 groups in flight are 8 and 4
+        # whatever the routing (1.33): one group of slack (the routing benchmark checks 1.25 at scale)
+        assert step["rollout/route_inflight_max_over_mean"] <= 1.5
         assert step["rollout/generated_tokens"] > 0 and step["rollout/gen_s_per_1k_tokens"] > 0
 
 
