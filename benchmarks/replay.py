@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .data import TraceGroup
+from testkit.data import TraceGroup
 
 POSITION_BINS = (0, 128, 256, 512, 1024, 2048)
 

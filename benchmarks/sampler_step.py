@@ -4,7 +4,7 @@ released, and the rejection sampler with ``rollout.vllm.undrafted_steps``.
 An engine with speculation configured samples every step through ``RejectionSampler.forward``. In a
 step where no request has drafts, all three return the same token; the difference in time is what
 merely configuring speculation costs a step. Run it in a process with vLLM's CPU kernels bound
-(``benchmarks.vllm_tools.bind_cpu_kernels``) and with the CPU guards the plugin installs.
+(``testkit.vllm_tools.bind_cpu_kernels``) and with the CPU guards the plugin installs.
 """
 
 from __future__ import annotations

@@ -52,12 +52,12 @@ import numpy as np
 from numba import njit
 
 from benchmarks.acceptance_curves import power_of_two_edges
-from benchmarks.data import TraceGroup
 from benchmarks.drafters import SamDrafter
 from benchmarks.replay import EARLIER_VISIT, ReplayStats, replay_group
 from rollout.draft_scoring import ROUND_ROWS
 from sam import DraftConfig, auto_switch
 from sam.switch import acceptance_by_k, choose_k_arrays, expected_distinct_experts, k_by_batch_array
+from testkit.data import TraceGroup
 
 ANCHOR_CSV = "anchors/step_cost_h200_2026-11-30.csv"
 
@@ -582,17 +582,10 @@ class RolloutSetup:
     tail_batch: int = 8  # "tail phase" = steps scheduling <= this many requests
 
 
-def lognormal_lengths(n: int, median: float, sigma: float, max_len: int, seed: int = 0) -> np.ndarray:
-    """Long-tailed response lengths: lognormal clipped at ``max_len`` (the clipped ones are truncated)."""
-    rng = np.random.default_rng(seed)
-    x = np.exp(np.log(median) + sigma * rng.standard_normal(n))
-    return np.clip(np.round(x), 1, max_len).astype(np.float64)
-
-
 def grouped_lognormal_lengths(
     prompts: int, group_size: int, median: float, sigma: float, max_len: int, corr: float, seed: int = 0
 ) -> np.ndarray:
-    """``lognormal_lengths`` in prompt order, with ``corr`` of the log-length variance shared by a
+    """``testkit.data.lognormal_lengths`` in prompt order, with ``corr`` of the log-length variance shared by a
     prompt's samples (a hard prompt draws long answers from all of them); corr 0: independent."""
     if not 0.0 <= corr <= 1.0:
         raise ValueError(f"length correlation must be in [0, 1], got {corr}")

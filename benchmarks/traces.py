@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .data import TraceGroup
+from testkit.data import TraceGroup
 
 FORMAT = "sam-spec-rollout/traces/v1"
 QWEN25MATH = "qwen25math"  # the shared Qwen2.5-Math traces, tokenised on load
@@ -164,7 +164,7 @@ def load_trace_file(path: str | os.PathLike, limit: int | None = None) -> list[T
 def load_trace_set(source: str, limit: int | None = None) -> tuple[str, list[TraceGroup]]:
     """'qwen25math' (the shared traces, Qwen3 tokenizer) or a trace file (.npz) -> (name, groups)."""
     if source == QWEN25MATH:
-        from .data import load_trace_groups
+        from testkit.data import load_trace_groups
 
         return QWEN25MATH, load_trace_groups(limit)
     return Path(source).stem, load_trace_file(source, limit)

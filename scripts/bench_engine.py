@@ -7,7 +7,7 @@
     python scripts/bench_engine.py --lengths lognormal --median-tokens 128 --max-tokens 512 \
         --settings none ngram sam_thr8_group sam_schedule_cpu sam_auto   # equal work with a long tail
 
-Settings (benchmarks/engine.py SETTINGS): none, ngram, suffix (skipped when arctic_inference is not
+Settings (testkit/engine.py SETTINGS): none, ngram, suffix (skipped when arctic_inference is not
 importable), sam (threshold null, group_aware false), sam_thr8 (threshold 8, group_aware false),
 sam_group (threshold null, group_aware true), sam_auto (the online switch); not run by default:
 sam_thr8_group (threshold 8, group_aware true), sam_schedule_cpu (the offline-derived CPU schedule),
@@ -28,7 +28,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks import engine as be  # noqa: E402  (imports no vLLM)
+from testkit import engine as be  # noqa: E402  (imports no vLLM)
 
 
 def main() -> None:
@@ -52,7 +52,7 @@ def main() -> None:
     args = ap.parse_args()
 
     be.configure_env()
-    from benchmarks.tiny_model import ensure_smollm2
+    from testkit.tiny_model import ensure_smollm2
 
     model = str(ensure_smollm2())
     wl = be.build_workload(

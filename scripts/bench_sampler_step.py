@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.vllm_tools import bind_cpu_kernels  # noqa: E402
+from testkit.vllm_tools import bind_cpu_kernels  # noqa: E402
 
 
 def main() -> None:

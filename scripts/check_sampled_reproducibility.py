@@ -3,7 +3,7 @@
     python scripts/check_sampled_reproducibility.py [--settings none ngram sam] [--runs 2]
 
 Runs the engine benchmark's workload (DAPO prompts in the chat template, n samples each, T=1.0,
-engine seed only) through a fresh engine per run with the settings of `benchmarks/engine.py`, and
+engine seed only) through a fresh engine per run with the settings of `testkit/engine.py`, and
 prints a hash and the token count of every run's outputs. Identical hashes within a setting mean
 that the setting reproduces its samples; a difference that also shows without speculation is the
 engine's, not the drafter's.
@@ -19,13 +19,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks import engine as bench  # noqa: E402
+from testkit import engine as bench  # noqa: E402
 
 
 def run_once(model_dir: str, wl: bench.Workload, setting: str, seed: int) -> tuple[str, int]:
     from vllm import LLM, SamplingParams
 
-    from benchmarks.vllm_tools import shutdown
+    from testkit.vllm_tools import shutdown
 
     spec, extra, _ = bench.SETTINGS[setting]
     kwargs = bench.engine_kwargs(wl, seed=seed)
@@ -54,7 +54,7 @@ def main() -> None:
     args = ap.parse_args()
 
     bench.configure_env()
-    from benchmarks.tiny_model import ensure_smollm2
+    from testkit.tiny_model import ensure_smollm2
 
     model_dir = str(ensure_smollm2())
     wl = bench.build_workload(

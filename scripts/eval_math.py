@@ -37,8 +37,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks import eval_math as em  # noqa: E402  (imports no vLLM)
-from benchmarks.math_answers import get_scorer  # noqa: E402
+from evals import eval_math as em  # noqa: E402  (imports no vLLM)
+from evals.math_answers import get_scorer  # noqa: E402
 from rollout.engine_kwargs import sam_engine_kwargs  # noqa: E402
 
 SMOKE_DEFAULTS = {"limit": 4, "n": 2, "max_tokens": 256}
@@ -161,7 +161,7 @@ def prepare(args):
     from transformers import AutoTokenizer
 
     if args.model is None:
-        from benchmarks.tiny_model import ensure_smollm2
+        from testkit.tiny_model import ensure_smollm2
 
         print("Preparing SmolLM2-135M-Instruct (converted once from GGUF, then cached) ...", flush=True)
         model = str(ensure_smollm2())

@@ -18,8 +18,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks import engine as bench  # noqa: E402
 from benchmarks.group_memory import GroupWorkload, measure  # noqa: E402
+from testkit import engine as bench  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -32,7 +32,7 @@ def main(argv=None) -> int:
     p.add_argument("--json", type=Path, default=REPO / "results" / "group_memory.json")
     args = p.parse_args(argv)
     bench.configure_env()
-    from benchmarks.tiny_model import ensure_smollm2
+    from testkit.tiny_model import ensure_smollm2
 
     model = str(ensure_smollm2())
     wl = bench.build_workload(

@@ -25,10 +25,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])  # engine processes
     from transformers import AutoTokenizer
 
-    from benchmarks.data import load_dapo_prompts
-    from benchmarks.precision import check_dtype
-    from benchmarks.tiny_model import ensure_smollm2
-    from benchmarks.vllm_tools import chat_prompt_ids
+    from testkit.data import load_dapo_prompts
+    from testkit.precision import check_dtype
+    from testkit.tiny_model import ensure_smollm2
+    from testkit.vllm_tools import chat_prompt_ids
 
     model = str(ensure_smollm2())
     prompts = chat_prompt_ids(AutoTokenizer.from_pretrained(model), load_dapo_prompts(args.prompts))

@@ -2,7 +2,7 @@
 
     .venv/bin/python scripts/profile_vllm_cpu.py [--batches 1,4,16] [--qs 1,2,4] [--ctx 512] [--temperatures 0,1]
 
-How: one engine per q. q = 1 is plain decoding; q = k + 1 uses ``benchmarks.engine_cost.FixedDraftProposer``,
+How: one engine per q. q = 1 is plain decoding; q = k + 1 uses ``testkit.engine_cost.FixedDraftProposer``,
 which drafts k copies of a rare token for every decoding row, so every decode step verifies exactly q
 tokens per request through the engine's own scheduler, attention and rejection sampler (vLLM's counters
 confirm the draft tokens). Per batch size B: B requests with the same ``--ctx``-token prompt (prefix
@@ -68,7 +68,7 @@ def step_times(llm, prompt, params, batch: int, tag: str) -> list[float]:
 def profile_q(model: str, q: int, batches: list[int], args) -> list[dict]:
     from vllm import LLM, SamplingParams
 
-    from benchmarks.vllm_tools import counter_delta, shutdown, spec_decode_counters
+    from testkit.vllm_tools import counter_delta, shutdown, spec_decode_counters
 
     kw = dict(
         dtype="float32",
@@ -83,7 +83,7 @@ def profile_q(model: str, q: int, batches: list[int], args) -> list[dict]:
     if q > 1:
         kw["speculative_config"] = {
             "method": "custom_class",
-            "model": "benchmarks.engine_cost.FixedDraftProposer",
+            "model": "testkit.engine_cost.FixedDraftProposer",
             "num_speculative_tokens": q - 1,
         }
     llm = LLM(model, **kw)
@@ -134,7 +134,7 @@ def main(argv=None):
     args = parse_args(argv)
     sys.path.insert(0, str(REPO))
     os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])  # engine processes
-    from benchmarks.tiny_model import ensure_smollm2
+    from testkit.tiny_model import ensure_smollm2
 
     model = str(ensure_smollm2())
     batches = [int(x) for x in args.batches.split(",")]

@@ -32,7 +32,7 @@ bash "$repo/scripts/setup_verl_env.sh"
 python="$repo/.venv-verl/bin/python"
 export PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}"
 if [ -z "${MODEL_PATH:-}" ]; then
-  MODEL_PATH="$("$python" -c 'from benchmarks.tiny_model import ensure_smollm2; print(ensure_smollm2())')"
+  MODEL_PATH="$("$python" -c 'from testkit.tiny_model import ensure_smollm2; print(ensure_smollm2())')"
   export MODEL_PATH
 fi
 export DATA_DIR="${DATA_DIR:-$HOME/data/dapo}"

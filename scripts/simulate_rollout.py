@@ -43,7 +43,6 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.data import shared_data_dir  # noqa: E402
 from benchmarks.simulator import (  # noqa: E402
     ANCHOR_CSV,
     QWEN3_32B,
@@ -72,6 +71,7 @@ from benchmarks.simulator import (  # noqa: E402
 )
 from benchmarks.traces import QWEN25MATH, load_trace_set  # noqa: E402
 from sam.switch import derive_schedule  # noqa: E402
+from testkit.data import shared_data_dir  # noqa: E402
 
 K = 3
 THRESHOLDS = (4, 8, 16, 32)

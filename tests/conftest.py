@@ -6,7 +6,7 @@ scripts/test.sh, so CI and the README's command), where it fails: there, everyth
 skip would hide a broken set-up.
 
 `require_module(name)`: a third-party module, imported, under the same rule. The project's own modules
-(sam, rollout, benchmarks) are imported plainly: a broken one must fail, never skip.
+(sam, rollout, testkit, evals, benchmarks) are imported plainly: a broken one must fail, never skip.
 """
 
 import importlib
@@ -18,11 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.cpu_isa import host_has_avx512
+from testkit.cpu_isa import host_has_avx512
 
-sys.path.insert(0, str(Path(__file__).parent))  # `from conftest import require` in test modules
-
-OWN_PACKAGES = ("sam", "rollout", "benchmarks")
+OWN_PACKAGES = ("sam", "rollout", "testkit", "evals", "benchmarks")
 
 # vLLM's CPU kernels come in an AVX-512 and an AVX2 build; a host with AVX-512 tests both
 CPU_ISAS = ["host", "avx2"] if host_has_avx512() else ["host"]
@@ -30,7 +28,7 @@ CPU_ISAS = ["host", "avx2"] if host_has_avx512() else ["host"]
 
 @pytest.fixture(params=CPU_ISAS)
 def cpu_isa(request) -> str:
-    """The CPU to run as: the host, and where it has AVX-512 also "avx2" (benchmarks.cpu_isa)."""
+    """The CPU to run as: the host, and where it has AVX-512 also "avx2" (testkit.cpu_isa)."""
     return request.param
 
 

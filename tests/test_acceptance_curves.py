@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from benchmarks.acceptance_curves import acceptance_profile, bin_midpoints, long_responses_only, power_of_two_edges
-from benchmarks.data import TraceGroup
 from benchmarks.drafters import SamDrafter
 from benchmarks.replay import POSITION_BINS, ReplayStats, bin_labels, replay
 from sam import DraftConfig
+from testkit.data import TraceGroup
 
 CYCLE = np.arange(8, dtype=np.int32)  # 8 distinct tokens, none of them in the prompt
 PROMPT = np.arange(100, 110, dtype=np.int32)

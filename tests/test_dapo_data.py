@@ -1,5 +1,5 @@
 """The recipes' data rows (rollout/verl/dapo_data.py): the DAPO instruction, and the easy arithmetic set
-of the CPU preset, whose answers verl's math_dapo scorer (mirrored in benchmarks.math_answers) accepts."""
+of the CPU preset, whose answers verl's math_dapo scorer (mirrored in evals.math_answers) accepts."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import re
 
 from conftest import require_module
 
-from benchmarks.math_answers import builtin_score
+from evals.math_answers import builtin_score
 from rollout.verl import dapo_data
 
 

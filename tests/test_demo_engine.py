@@ -1,7 +1,7 @@
 """The README's main job, small: scripts/demo_engine.py end to end in a real engine, in two cycles (the
 sampled batch off, on, on, off twice; the greedy batch in two pairs), with its greedy identity check.
 On a CPU with AVX-512 it runs a second time as on one without (vLLM's ``_C_AVX2`` kernels,
-``benchmarks.cpu_isa``), so that the path of such machines is tested here too."""
+``testkit.cpu_isa``), so that the path of such machines is tested here too."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import CPU_ISAS, require, require_module
 
-from benchmarks.cpu_isa import isa_env, kernel_libraries_for
+from testkit.cpu_isa import isa_env, kernel_libraries_for
 
 pytestmark = pytest.mark.engine
 
@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module", params=CPU_ISAS)
 def demo(request, tmp_path_factory) -> dict:
-    from benchmarks.tiny_model import ensure_smollm2
+    from testkit.tiny_model import ensure_smollm2
 
     try:
         ensure_smollm2()

@@ -1,4 +1,4 @@
-"""benchmarks.engine: interleaved repeats are paired with the plain engine of the same round; the warm-up;
+"""testkit.engine: interleaved repeats are paired with the plain engine of the same round; the warm-up;
 the paused A/B's cycles."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.engine import PAUSED_AB_ORDER, format_table, paused_ab_order, summarize_repeats
+from testkit.engine import PAUSED_AB_ORDER, format_table, paused_ab_order, summarize_repeats
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -76,7 +76,7 @@ def test_the_warm_up_pause_answers_false_on_an_engine_without_sam():
     """The warm-up pauses SAM through a callable, not the plugin's RPC, which plain engines lack."""
     from types import SimpleNamespace
 
-    from benchmarks.engine import _pause_sam
+    from testkit.engine import _pause_sam
 
     assert _pause_sam(SimpleNamespace(model_runner=SimpleNamespace(drafter=None)), True) is False
 
@@ -117,7 +117,7 @@ def measured_round(wall, tokens, steps, steps_on, drafts, accepted):
 
 
 def test_a_part_in_two_rounds_reports_their_total():
-    from benchmarks.engine import describe_part
+    from testkit.engine import describe_part
 
     one, two = measured_round(10.0, 400, 100, 10, 10, 5), measured_round(30.0, 400, 300, 0, 0, 0)
     part = describe_part("sampled", [one, two])
@@ -131,7 +131,7 @@ def test_a_part_in_two_rounds_reports_their_total():
 
 
 def test_drawn_lengths_give_each_sibling_its_own_request_and_length():
-    from benchmarks.engine import Workload, sampled_requests
+    from testkit.engine import Workload, sampled_requests
 
     wl = Workload(prompts=2, n=3, max_tokens=64, greedy_prompts=1, lengths="lognormal", median_tokens=16, seed=0)
     wl.prompt_token_ids = [[1, 2, 3], [4, 5]]

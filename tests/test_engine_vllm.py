@@ -26,11 +26,11 @@ require_module("vllm")
 
 from vllm import LLM, SamplingParams  # noqa: E402
 
-from benchmarks.data import shared_data_dir  # noqa: E402
-from benchmarks.vllm_tools import counter_delta as delta  # noqa: E402
-from benchmarks.vllm_tools import shutdown  # noqa: E402
-from benchmarks.vllm_tools import spec_decode_counters as counters  # noqa: E402
 from rollout.engine_kwargs import sam_engine_kwargs  # noqa: E402
+from testkit.data import shared_data_dir  # noqa: E402
+from testkit.vllm_tools import counter_delta as delta  # noqa: E402
+from testkit.vllm_tools import shutdown  # noqa: E402
+from testkit.vllm_tools import spec_decode_counters as counters  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 K = 3
@@ -81,7 +81,7 @@ def _worker_path():
 
 @pytest.fixture(scope="module")
 def model_dir() -> str:
-    from benchmarks.tiny_model import ensure_smollm2
+    from testkit.tiny_model import ensure_smollm2
 
     try:
         return str(ensure_smollm2())
@@ -111,7 +111,7 @@ GREEDY = SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, ignore_eos=True)
 @pytest.fixture(scope="module")
 def plain_run(model_dir, prompts):
     """Without speculation: greedy outputs (the reference), and the precision check's decode path."""
-    from benchmarks.precision import decode_path
+    from testkit.precision import decode_path
 
     llm = LLM(model_dir, **ENGINE_KW)
     outs = llm.generate(as_inputs(prompts), GREEDY)
@@ -232,7 +232,7 @@ def test_online_switch_scores_drafts_and_keeps_greedy_identity(model_dir, prompt
     """schedule: auto in the real engine: greedy outputs identical, every step with decode rows chose a k,
     and the scoring rounds measured this model's greedy acceptance whether or not drafts were sent
     (what the switch then chose depends on this machine's step cost)."""
-    from benchmarks.engine import warm_every_batch_size
+    from testkit.engine import warm_every_batch_size
 
     lengths = [96, 128, 160, 192]
     monkeypatch.setenv("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")  # the warm-up's RPC is a callable
@@ -286,7 +286,7 @@ def test_precision_check_fp32(sam_llm, plain_run, prompts):
     """The precision tool on fp32: greedy outputs of the verify path (the SAM engine) equal the decode
     path's (the plain engine's), and logprobs agree to rounding. Runs after the other engine tests
     (module order)."""
-    from benchmarks.precision import compare_paths, greedy_with_logprobs
+    from testkit.precision import compare_paths, greedy_with_logprobs
 
     # the proposer's own count: vLLM's counters are those of the engine built last (see sam_llm)
     before = sam_metrics(sam_llm)["num_drafts"]

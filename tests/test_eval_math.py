@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from conftest import require, require_module
 
-from benchmarks import eval_math as em
-from benchmarks.eval_math_stats import (
+from evals import eval_math as em
+from evals.eval_math_stats import (
     CHANGED,
     MIN_PROBLEMS,
     MIN_SAMPLES_PER_ARM,
@@ -26,7 +26,7 @@ from benchmarks.eval_math_stats import (
     stratified_permutation_test,
     student_t_quantile,
 )
-from benchmarks.math_answers import INVALID, builtin_score, get_scorer, last_boxed, normalize_final_answer
+from evals.math_answers import INVALID, builtin_score, get_scorer, last_boxed, normalize_final_answer
 
 REPO = Path(__file__).resolve().parents[1]
 

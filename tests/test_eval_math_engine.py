@@ -35,7 +35,7 @@ GSM8K_STYLE = [  # written for this test, in GSM8K's layout
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
     require_module("vllm")
-    from benchmarks.tiny_model import ensure_smollm2
+    from testkit.tiny_model import ensure_smollm2
 
     try:
         ensure_smollm2()

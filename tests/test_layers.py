@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("sam", "rollout", "benchmarks")
+PACKAGES = ("sam", "rollout", "testkit", "evals", "benchmarks")
 
 
 def module_files() -> dict[str, Path]:
@@ -95,14 +95,18 @@ def test_no_import_cycles():
 
 # (room, imports it must never make): a prefix matches the module and everything below it
 FORBIDDEN = [
-    ("sam", ("vllm", "vllm_ascend", "verl", "rollout", "benchmarks", "ray")),
+    ("sam", ("vllm", "vllm_ascend", "verl", "rollout", "testkit", "evals", "benchmarks", "ray")),
     ("rollout.settings", ("vllm", "vllm_ascend", "verl", "ray", "rollout.vllm", "rollout.ascend", "rollout.verl")),
     ("rollout.stepper", ("vllm", "vllm_ascend", "verl", "ray", "rollout.vllm", "rollout.ascend", "rollout.verl")),
     ("rollout.metrics", ("vllm", "vllm_ascend", "verl", "ray", "rollout.vllm", "rollout.ascend", "rollout.verl")),
     ("rollout.vllm", ("verl", "vllm_ascend", "rollout.ascend", "rollout.verl", "rollout.plugin")),
     ("rollout.ascend", ("verl", "rollout.verl", "rollout.plugin")),
-    ("rollout.verl", ("rollout.vllm", "rollout.ascend", "rollout.plugin", "benchmarks")),
-    ("rollout", ("benchmarks",)),
+    ("rollout.verl", ("rollout.vllm", "rollout.ascend", "rollout.plugin", "benchmarks", "testkit", "evals")),
+    # the product knows nothing of what tests, evaluates or measures it
+    ("rollout", ("benchmarks", "testkit", "evals")),
+    # test support sits below accuracy evaluation and the benchmarks, which both use it
+    ("testkit", ("benchmarks", "evals")),
+    ("evals", ("benchmarks",)),
 ]
 
 

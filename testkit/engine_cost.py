@@ -1,7 +1,7 @@
 """Step cost of a real vLLM engine with q tokens per request: a proposer that always drafts k tokens.
 
 ``FixedDraftProposer`` (``speculative_config={"method": "custom_class", "model":
-"benchmarks.engine_cost.FixedDraftProposer", "num_speculative_tokens": k}``) drafts k copies of one
+"testkit.engine_cost.FixedDraftProposer", "num_speculative_tokens": k}``) drafts k copies of one
 rare token for every decoding row, so every decode step verifies exactly q = k + 1 tokens per
 request and (almost) always emits one: the engine's decode step at q, through the engine's own
 scheduler, attention metadata, sampler and rejection sampler. Accepted drafts, if any, are counted

@@ -57,6 +57,13 @@ def load_trace_groups(limit: int | None = None) -> list[TraceGroup]:
     return groups
 
 
+def lognormal_lengths(n: int, median: float, sigma: float, max_len: int, seed: int = 0) -> np.ndarray:
+    """Long-tailed response lengths: lognormal clipped at ``max_len`` (the clipped ones are truncated)."""
+    rng = np.random.default_rng(seed)
+    x = np.exp(np.log(median) + sigma * rng.standard_normal(n))
+    return np.clip(np.round(x), 1, max_len).astype(np.float64)
+
+
 def load_dapo_prompts(n: int, offset: int = 0) -> list[str]:
     """n DAPO-Math-17k problems (rows offset..offset+n) as user messages with the DAPO instruction."""
     import pyarrow.parquet as pq

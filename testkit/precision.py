@@ -17,8 +17,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from benchmarks.vllm_tools import shutdown
 from rollout.engine_kwargs import sam_engine_kwargs
+from testkit.vllm_tools import shutdown
 
 
 @dataclass

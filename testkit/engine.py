@@ -1,7 +1,8 @@
-"""Engine benchmark: one GRPO-like workload under several speculative-decoding settings in vLLM.
+"""The engine harness: one GRPO-like workload under several speculative-decoding settings in vLLM.
 
-Library part of ``scripts/bench_engine.py`` (not part of the tests). Each setting gets a fresh
-``LLM`` with the same engine arguments; it runs
+Shared by the engine benchmark (``benchmarks/bench_engine.py``), the demo, the math evaluation, the
+memory and reproducibility checks and the engine tests. Each setting gets a fresh ``LLM`` with the
+same engine arguments; it runs
 
 * a warm-up: one request per batch size the parts reach, SAM paused (torch's first calls), then 2
   prompts x 32 tokens with SAM on (the proposer's first drafting calls; its numba kernels compile at
@@ -31,18 +32,16 @@ import math
 import os
 import platform
 import statistics
-import sys
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
-from benchmarks.vllm_tools import chat_prompt_ids, counter_delta, shutdown, spec_decode_counters
 from rollout.engine_kwargs import sam_engine_kwargs
 from rollout.metrics import counters_delta
+from testkit.data import load_dapo_prompts, lognormal_lengths
+from testkit.vllm_tools import chat_prompt_ids, counter_delta, shutdown, spec_decode_counters
 
-REPO = Path(__file__).resolve().parents[1]
 K = 3
 
 # vLLM 0.32's defaults for method="ngram" when neither bound is given (docs/vllm-hooks.md, "Defaults").
@@ -114,13 +113,9 @@ KV_BYTES_PER_TOKEN_FP32_SMOLLM2 = 30 * 2 * 3 * 64 * 4  # layers x (k,v) x kv_hea
 
 
 def configure_env() -> None:
-    """Before vLLM is imported: collective_rpc(callable) allowed, workers import this checkout."""
-    os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")  # collective_rpc(callable)
-    old = os.environ.get("PYTHONPATH", "")
-    if str(REPO) not in old.split(os.pathsep):
-        os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO)] + ([old] if old else []))
-    if str(REPO) not in sys.path:
-        sys.path.insert(0, str(REPO))
+    """Before vLLM is imported: collective_rpc(callable) allowed (workers import this module from the
+    installed package, as every process of the venv does)."""
+    os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
 
 
 def suffix_available() -> tuple[bool, str]:
@@ -169,8 +164,6 @@ class Workload:
         """Per request of the sampled part (prompt-major, n siblings each), its max_tokens."""
         if self.lengths == "fixed":
             return [self.max_tokens] * (self.prompts * self.n)
-        from benchmarks.simulator import lognormal_lengths
-
         drawn = lognormal_lengths(self.prompts * self.n, self.median_tokens, self.sigma, self.max_tokens, self.seed)
         return [int(x) for x in drawn]
 
@@ -186,8 +179,6 @@ class Workload:
 def build_workload(model_dir: str, wl: Workload) -> Workload:
     """DAPO-Math-17k prompts with the DAPO instruction, wrapped in the model's chat template."""
     from transformers import AutoTokenizer
-
-    from benchmarks.data import load_dapo_prompts
 
     texts = load_dapo_prompts(max(wl.prompts, wl.greedy_prompts), offset=wl.offset)
     wl.prompt_token_ids = chat_prompt_ids(AutoTokenizer.from_pretrained(model_dir), texts)
@@ -300,7 +291,7 @@ def _pause_sam(worker, paused: bool) -> bool:
 
 
 def _cpu_kernels(worker) -> str | None:
-    from benchmarks.cpu_isa import cpu_kernel_library
+    from testkit.cpu_isa import cpu_kernel_library
 
     return cpu_kernel_library()
 

@@ -1,7 +1,7 @@
 """Run a command as on an x86 CPU without AVX-512: vLLM's ``_C_AVX2`` kernels, torch's, oneDNN's and MKL's
 AVX2 code, on a machine that has AVX-512.
 
-    python -m benchmarks.cpu_isa avx2 -- scripts/demo_engine.py --json results/demo_avx2.json
+    python -m testkit.cpu_isa avx2 -- scripts/demo_engine.py --json results/demo_avx2.json
 
 vLLM picks its CPU kernel library by ``torch.cpu._is_avx512_supported()`` (and its BF16 variant) in every
 process it starts, so a ``sitecustomize`` on PYTHONPATH (``avx2_site/``) answers False there; environment
@@ -17,7 +17,6 @@ import os
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
 AVX2_SITE = Path(__file__).resolve().parent / "avx2_site"
 ISAS = ("host", "avx2")
 AVX2_CAPS = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
@@ -41,7 +40,7 @@ def isa_env(isa: str, env: dict | None = None) -> dict:
         return out
     out.update(AVX2_CAPS)
     old = [p for p in out.get("PYTHONPATH", "").split(os.pathsep) if p]
-    out["PYTHONPATH"] = os.pathsep.join([str(AVX2_SITE), str(REPO)] + old)  # the site imports rollout
+    out["PYTHONPATH"] = os.pathsep.join([str(AVX2_SITE)] + old)  # rollout, which the site imports, is installed
     return out
 
 
@@ -69,18 +68,18 @@ def cpu_kernel_library() -> str | None:
 
 def main(argv: list[str]) -> None:
     if len(argv) < 2 or argv[0] not in ISAS:
-        raise SystemExit(f"usage: python -m benchmarks.cpu_isa {{{','.join(ISAS)}}} [--] SCRIPT_OR_COMMAND [ARGS...]")
+        raise SystemExit(f"usage: python -m testkit.cpu_isa {{{','.join(ISAS)}}} [--] SCRIPT_OR_COMMAND [ARGS...]")
     isa, cmd = argv[0], argv[1:]
     if cmd[0] == "--":
         cmd = cmd[1:]
     if not cmd:
-        raise SystemExit("benchmarks.cpu_isa: no command given")
+        raise SystemExit("testkit.cpu_isa: no command given")
     if cmd[0].endswith(".py"):  # a script runs under this interpreter (the project's venv)
         cmd = [sys.executable, *cmd]
     try:
         os.execvpe(cmd[0], cmd, isa_env(isa))
     except FileNotFoundError:
-        raise SystemExit(f"benchmarks.cpu_isa: no such command: {cmd[0]}") from None
+        raise SystemExit(f"testkit.cpu_isa: no such command: {cmd[0]}") from None
 
 
 if __name__ == "__main__":

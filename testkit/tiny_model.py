@@ -6,7 +6,7 @@ model, so the weights are written with safetensors directly, the config without
 ``quantization_config``, and the tokenizer beside them. The folder is built once, atomically
 (temp dir + rename), and reused.
 
-    from benchmarks.tiny_model import ensure_smollm2
+    from testkit.tiny_model import ensure_smollm2
     path = ensure_smollm2()          # ~/.cache/sam-spec-rollout/smollm2-135m-instruct
 """
 

