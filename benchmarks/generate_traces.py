@@ -14,13 +14,11 @@ import argparse
 import datetime as dt
 import os
 import platform
-import sys
 import time
 from pathlib import Path
 
 from .traces import SampledGroup, write_traces
 
-REPO = Path(__file__).resolve().parents[1]
 SMOLLM2 = "smollm2"  # --model alias: SmolLM2-135M-Instruct converted by testkit.tiny_model
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 CPU_KV_HEADROOM = 1.15  # KV blocks beyond the exact need: block rounding, prefix-cache slack
@@ -157,7 +155,6 @@ def group_from_output(output, prompt_ids: list[int]) -> SampledGroup:
 
 
 def run(args) -> Path:
-    sys.path.insert(0, str(REPO))
     from transformers import AutoConfig, AutoTokenizer
     from vllm import LLM, SamplingParams
     from vllm.sampling_params import RequestOutputKind
@@ -220,6 +217,5 @@ def log(message: str) -> None:
 
 def main(argv: list[str] | None = None) -> Path:
     args = parse_args(argv)
-    os.environ.setdefault("PYTHONPATH", str(REPO))
     os.environ.setdefault("VLLM_LOG_STATS_INTERVAL", "60")  # before vLLM reads its environment
     return run(args)

@@ -73,3 +73,50 @@ def bind_cpu_kernels() -> None:
         from vllm.v1.worker.cpu_model_runner import CPUModelRunner
 
         CPUModelRunner._postprocess_triton(None)
+
+
+def spec_metadata(drafts: list[list[int]]):
+    """vLLM's ``SpecDecodeMetadata`` for a step whose requests carry these drafts (logits in request order)."""
+    import torch
+    from vllm.v1.spec_decode.metadata import SpecDecodeMetadata
+
+    counts = [len(d) for d in drafts]
+    sampled = torch.tensor(counts, dtype=torch.int32) + 1
+    cu_sampled = sampled.cumsum(0).to(torch.int32)
+    target = [int(cu_sampled[i] - sampled[i]) + j for i, c in enumerate(counts) for j in range(c)]
+    return SpecDecodeMetadata(
+        draft_token_ids=torch.tensor(sum(drafts, []), dtype=torch.int32),
+        num_draft_tokens=counts,
+        cu_num_draft_tokens=torch.tensor(counts, dtype=torch.int32).cumsum(0).to(torch.int32),
+        cu_num_sampled_tokens=cu_sampled,
+        target_logits_indices=torch.tensor(target, dtype=torch.int32),
+        bonus_logits_indices=cu_sampled - 1,
+        logits_indices=torch.arange(int(cu_sampled[-1]), dtype=torch.int32),
+    )
+
+
+def sampling_metadata(batch: int, *, greedy: bool, generators: dict | None = None, logprobs: int | None = None):
+    """vLLM's ``SamplingMetadata`` for ``batch`` requests at T=1.0 (or greedy), no penalties."""
+    import torch
+    from vllm.v1.sample.logits_processor import LogitsProcessors
+    from vllm.v1.sample.metadata import SamplingMetadata
+
+    return SamplingMetadata(
+        temperature=None if greedy else torch.ones(batch),
+        all_greedy=greedy,
+        all_random=not greedy,
+        top_p=None,
+        top_k=None,
+        generators=generators or {},
+        max_num_logprobs=logprobs,
+        no_penalties=True,
+        prompt_token_ids=None,
+        frequency_penalties=torch.zeros(batch),
+        presence_penalties=torch.zeros(batch),
+        repetition_penalties=torch.ones(batch),
+        output_token_ids=[[] for _ in range(batch)],
+        allowed_token_ids_mask=None,
+        bad_words_token_ids={},
+        logitsprocs=LogitsProcessors(),
+        spec_token_ids=[[] for _ in range(batch)],
+    )

@@ -1,27 +1,12 @@
-"""scripts/ab_compare.py on synthetic verl file-logger logs: known speed-up, agreeing curves, a known
+"""evals/ab_compare.py on synthetic verl file-logger logs: known speed-up, agreeing curves, a known
 difference, and bad input."""
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "ab_compare.py"
-
-
-def load_ab_compare():
-    # loaded by path: a top-level `scripts` package (verl's wheel ships one) may shadow ours
-    spec = importlib.util.spec_from_file_location("sam_ab_compare", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-ab = load_ab_compare()
+from evals import ab_compare as ab
 
 
 def ar1(rng, n, sd, rho=0.5):

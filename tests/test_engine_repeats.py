@@ -1,9 +1,8 @@
 """testkit.engine: interleaved repeats are paired with the plain engine of the same round; the warm-up;
-the paused A/B's cycles."""
+the paused A/B's cycles (and benchmarks.demo_engine's --cycles)."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -152,10 +151,7 @@ def test_paused_ab_cycles_repeat_off_on_on_off_then_greedy_pairs_by_turns():
 
 
 def test_demo_rejects_cycles_below_one(capsys):
-    # loaded by path: a top-level `scripts` package (verl's wheel ships one) may shadow ours
-    spec = importlib.util.spec_from_file_location("sam_demo_engine", REPO / "scripts" / "demo_engine.py")
-    demo = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(demo)
+    from benchmarks import demo_engine as demo
 
     assert demo.parse_args(["--cycles", "3"]).cycles == 3
     with pytest.raises(SystemExit):

@@ -23,7 +23,7 @@ COMPARE = f"""
 import json, torch
 from vllm.v1.sample.rejection_sampler import RejectionSampler
 from vllm.v1.sample.sampler import Sampler
-from benchmarks.sampler_step import sampling_metadata, spec_metadata
+from testkit.vllm_tools import sampling_metadata, spec_metadata
 from rollout.vllm import cpu_drafted_rows, cpu_sampler_fix
 from rollout.vllm.undrafted_steps import plain_sampling_without_drafts
 

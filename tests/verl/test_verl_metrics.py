@@ -1,11 +1,8 @@
 """SAM metrics in verl's logs: per-step deltas of the proposer's counters, added by the wrapped
 verl Tracking.log to every training step's dict, written by verl's real file logger and read back by
-scripts/ab_compare.py; and Ray's worker setup hook installing all of it in a Ray worker."""
+evals/ab_compare.py; and Ray's worker setup hook installing all of it in a Ray worker."""
 
-import importlib.util
 import json
-import os
-import sys
 
 import pytest
 from verl_step import REPO, verl_step_only
@@ -15,6 +12,7 @@ verl_step_only()
 import ray  # noqa: E402
 from verl.utils.tracking import Tracking  # noqa: E402
 
+from evals import ab_compare  # noqa: E402
 from rollout.metrics import SamStepTracker  # noqa: E402
 from rollout.verl import recipe_config, replica, tracking  # noqa: E402
 
@@ -114,14 +112,6 @@ def test_ray_worker_setup_hook_installs_the_replica_and_metrics(ray_local):
     )
 
 
-def load_ab_compare():
-    spec = importlib.util.spec_from_file_location("sam_ab_compare_v", os.path.join(REPO, "scripts", "ab_compare.py"))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_metrics_reach_verls_file_log(ray_local, tmp_path, monkeypatch):
     log_path = tmp_path / "sam.jsonl"
     monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(log_path))
@@ -153,5 +143,5 @@ def test_metrics_reach_verls_file_log(ray_local, tmp_path, monkeypatch):
     # rollout time per generated token: 900 tokens in step 2's 9 s of rollout
     assert records[2]["data"]["rollout/generated_tokens"] == 900
     assert records[2]["data"]["rollout/gen_s_per_1k_tokens"] == pytest.approx(10.0)
-    steps = load_ab_compare().training_steps(load_ab_compare().read_metrics(log_path))
+    steps = ab_compare.training_steps(ab_compare.read_metrics(log_path))
     assert sorted(steps) == [1, 2] and steps[2]["rollout/sam_acceptance_length"] == pytest.approx(1.5)

@@ -38,18 +38,15 @@ import argparse
 import ast
 import json
 import platform
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from rollout.ascend import rejection_patch as patch  # noqa: E402
-from sam.rejection import CPU_TILE_BYTES, rejection_sample  # noqa: E402
-from sam.rejection_reference import rejection_sample_reference  # noqa: E402
+from rollout.ascend import rejection_patch as patch
+from sam.rejection import CPU_TILE_BYTES, rejection_sample
+from sam.rejection_reference import rejection_sample_reference
 
 VOCAB_SIZE = 151_936
 BATCH_SIZES = (1, 8, 64, 256)

@@ -30,11 +30,10 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from rollout.engine_kwargs import sam_engine_kwargs
+from testkit import engine as bench  # imports no vLLM
 
-from rollout.engine_kwargs import sam_engine_kwargs  # noqa: E402
-from testkit import engine as bench  # noqa: E402  (imports no vLLM)
+REPO = Path(__file__).resolve().parents[1]
 
 DEFAULT_LOG = REPO / "results" / "demo-vllm.log"
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import csv
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -132,8 +131,6 @@ def profile_q(model: str, q: int, batches: list[int], args) -> list[dict]:
 
 def main(argv=None):
     args = parse_args(argv)
-    sys.path.insert(0, str(REPO))
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])  # engine processes
     from testkit.tiny_model import ensure_smollm2
 
     model = str(ensure_smollm2())

@@ -12,9 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from rollout.verl import dapo_data as data  # noqa: E402
+from rollout.verl import dapo_data as data
 
 ARITHMETIC_TRAIN_ROWS, ARITHMETIC_VAL_ROWS = 1024, 64
 

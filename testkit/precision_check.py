@@ -1,4 +1,4 @@
-"""Which dtypes are bit-exact between the decode path and the verify path? (rollout/precision.py)
+"""Which dtypes are bit-exact between the decode path and the verify path? (testkit/precision.py)
 
 python scripts/precision_check.py [--dtypes float32 bfloat16] [--prompts 4] [--max-tokens 128]
 """
@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -21,8 +19,6 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
-    sys.path.insert(0, str(REPO))
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])  # engine processes
     from transformers import AutoTokenizer
 
     from testkit.data import load_dapo_prompts

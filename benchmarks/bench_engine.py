@@ -25,10 +25,9 @@ import json
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from testkit import engine as be  # imports no vLLM
 
-from testkit import engine as be  # noqa: E402  (imports no vLLM)
+REPO = Path(__file__).resolve().parents[1]
 
 
 def main() -> None:

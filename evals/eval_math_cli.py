@@ -34,12 +34,11 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from evals import eval_math as em  # imports no vLLM
+from evals.math_answers import get_scorer
+from rollout.engine_kwargs import sam_engine_kwargs
 
-from evals import eval_math as em  # noqa: E402  (imports no vLLM)
-from evals.math_answers import get_scorer  # noqa: E402
-from rollout.engine_kwargs import sam_engine_kwargs  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 SMOKE_DEFAULTS = {"limit": 4, "n": 2, "max_tokens": 256}
 FULL_DEFAULTS = {"limit": None, "n": 4, "max_tokens": 8192}
@@ -142,20 +141,12 @@ def sam_spec(args) -> dict:
     }
 
 
-def worker_path() -> None:
-    """Before vLLM starts: engine processes must import `rollout` and `sam` from this checkout."""
-    old = os.environ.get("PYTHONPATH", "")
-    if str(REPO) not in old.split(os.pathsep):
-        os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO)] + ([old] if old else []))
-
-
 def prepare(args):
     """Everything cheap that can be wrong, checked before any engine starts: model, data, scorer, tokenizer."""
     if args.model is not None:
         em.check_model(args.model)
     problems = load_all_problems(args)
     scorer = get_scorer(args.scorer)
-    worker_path()
     if args.cpu_sampler_fix:  # the fix reaches the engine process through collective_rpc(function)
         os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
     from transformers import AutoTokenizer

@@ -15,9 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from testkit.vllm_tools import bind_cpu_kernels  # noqa: E402
+from testkit.vllm_tools import bind_cpu_kernels
 
 
 def main() -> None:

@@ -34,16 +34,12 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from benchmarks.simulator import (  # noqa: E402
+from benchmarks.simulator import (
     ANCHOR_CSV,
     QWEN3_32B,
     AcceptanceProfile,
@@ -60,7 +56,6 @@ from benchmarks.simulator import (  # noqa: E402
     fit_roofline,
     grouped_lognormal_lengths,
     log_length_icc,
-    lognormal_lengths,
     policies_for,
     prefill_ms,
     routed_profiles,
@@ -69,9 +64,11 @@ from benchmarks.simulator import (  # noqa: E402
     summary_row,
     time_breakdown,
 )
-from benchmarks.traces import QWEN25MATH, load_trace_set  # noqa: E402
-from sam.switch import derive_schedule  # noqa: E402
-from testkit.data import shared_data_dir  # noqa: E402
+from benchmarks.traces import QWEN25MATH, load_trace_set
+from sam.switch import derive_schedule
+from testkit.data import lognormal_lengths, shared_data_dir
+
+ROOT = Path(__file__).resolve().parents[1]
 
 K = 3
 THRESHOLDS = (4, 8, 16, 32)

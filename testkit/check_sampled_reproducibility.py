@@ -14,12 +14,8 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from testkit import engine as bench  # noqa: E402
+from testkit import engine as bench
 
 
 def run_once(model_dir: str, wl: bench.Workload, setting: str, seed: int) -> tuple[str, int]:

@@ -15,11 +15,10 @@ import json
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from benchmarks.group_memory import GroupWorkload, measure
+from testkit import engine as bench
 
-from benchmarks.group_memory import GroupWorkload, measure  # noqa: E402
-from testkit import engine as bench  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 
 def main(argv=None) -> int:
