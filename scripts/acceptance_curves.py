@@ -8,12 +8,7 @@ Writes benchmarks/results/acceptance_<name>_k<k>.json (the rollout simulator's a
 The computation lives in benchmarks/acceptance_curves.py.
 """
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.acceptance_curves import main  # noqa: E402
+from benchmarks.acceptance_curves import main
 
 if __name__ == "__main__":
     main()

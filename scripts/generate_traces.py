@@ -6,12 +6,7 @@
 The generator lives in benchmarks/generate_traces.py; the file format in benchmarks/traces.py.
 """
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.generate_traces import main  # noqa: E402
+from benchmarks.generate_traces import main
 
 if __name__ == "__main__":
     main()

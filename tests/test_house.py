@@ -1,9 +1,11 @@
 """The repository reads as a product, not a lab notebook: no Hydra run folders in the tree, every
 result file under benchmarks/results/ cited by benchmarks/RESULTS.md (and every file it cites there),
-a README that fits on a screen, a RESULTS.md that shows the current state, and links that resolve."""
+a README that fits on a screen, a RESULTS.md that shows the current state, links that resolve, thin
+scripts, and test support in testkit/ rather than benchmarks/."""
 
 from __future__ import annotations
 
+import ast
 import re
 import subprocess
 from pathlib import Path
@@ -120,3 +122,66 @@ def test_relative_links_resolve(doc):
         if not dest.exists() or missing_anchor:
             broken.append(target)
     assert not broken, f"{doc}: links that do not resolve: {broken}"
+
+
+def script_files() -> list[Path]:
+    return sorted((REPO / "scripts").glob("*.py"))
+
+
+def is_main_guard(node: ast.stmt) -> bool:
+    """``if __name__ == "__main__":`` whose body is one call: ``main()`` or ``sys.exit(main())``."""
+    if not (isinstance(node, ast.If) and ast.unparse(node.test) == "__name__ == '__main__'" and not node.orelse):
+        return False
+    return len(node.body) == 1 and ast.unparse(node.body[0]) in ("main()", "sys.exit(main())")
+
+
+@pytest.mark.parametrize("script", script_files(), ids=lambda p: p.name)
+def test_scripts_are_thin_entry_points(script):
+    """A script is a docstring, imports and the main guard; what it runs lives in an importable module
+    (benchmarks/, testkit/, evals/, rollout/), which the package install puts on the path."""
+    text = script.read_text()
+    assert "sys.path" not in text, f"scripts/{script.name} edits sys.path: import from an installed package"
+    tree = ast.parse(text)
+    assert ast.get_docstring(tree), f"scripts/{script.name} has no docstring saying what it does"
+    logic = [
+        f"line {node.lineno}: {ast.unparse(node).splitlines()[0]}"
+        for node in tree.body[1:]
+        if not isinstance(node, (ast.Import, ast.ImportFrom)) and not is_main_guard(node)
+    ]
+    assert not logic, f"scripts/{script.name} holds logic; move it into a module with a main(): {logic}"
+
+
+def files_under_tests() -> list[Path]:
+    return sorted(p for p in (REPO / "tests").rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def imported_modules(path: Path) -> set[str]:
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            out.add(node.module)
+            out.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return out
+
+
+def test_test_support_lives_in_testkit_not_in_benchmarks():
+    """The rule: conftest.py and the tests' helper modules (files under tests/ not named test_*) import
+    nothing from benchmarks/ or evals/; and a test file imports from benchmarks/ only the benchmark it
+    tests, named in its file name or docstring. Support the tests share goes to testkit/."""
+    helpers, strays = [], []
+    for path in files_under_tests():
+        modules = imported_modules(path)
+        ours = sorted(m for m in modules if m.split(".")[0] in ("benchmarks", "evals"))
+        if not path.name.startswith("test_"):
+            helpers += [f"{path.relative_to(REPO)} imports {m}" for m in ours]
+            continue
+        benchmarks = {m.split(".")[1] for m in modules if m.startswith("benchmarks.")}
+        named = f"{path.stem} {ast.get_docstring(ast.parse(path.read_text())) or ''}"
+        if benchmarks and not any(b in named for b in benchmarks):
+            strays.append(f"{path.relative_to(REPO)} imports {sorted(benchmarks)} but tests none of them")
+    assert not helpers, (
+        f"shared test helpers reach into benchmarks/ or evals/; move that support to testkit/: {helpers}"
+    )
+    assert not strays, f"test support in benchmarks/ (move it to testkit/): {strays}"
