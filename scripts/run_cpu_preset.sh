@@ -4,7 +4,7 @@
 # minutes), converts the model (cached, as the demo does) and writes the easy arithmetic data; then it
 # composes, checks and launches the recipe like every run_dapo_* script.
 #
-#   bash scripts/run_cpu_preset.sh sam|baseline [--replicas 1|2] [--dry-run] [overrides ...]
+#   bash scripts/run_cpu_preset.sh sam|baseline [--replicas 1|2] [--dry-run] [--verbose] [overrides ...]
 #
 # --replicas 2: two rollout replicas (recipes/dapo_smollm2_cpu/dapo_smollm2_cpu_2replicas.yaml), with
 # verl's requests routed between them; a Ray head started by hand then needs --num-gpus=2.

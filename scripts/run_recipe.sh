@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Shared body of the run_dapo_*.sh scripts: compose, check and launch one recipe config.
 #
-#   bash scripts/run_recipe.sh RECIPE CONFIG_NAME [--dry-run] [hydra overrides ...]
+#   bash scripts/run_recipe.sh RECIPE CONFIG_NAME [--dry-run] [--verbose] [hydra overrides ...]
+#
+# The console shows one line per training step; everything else goes to the log file named on its
+# first line (beside the metrics). --verbose (or SAM_CONSOLE=full) prints everything instead.
 #
 # Environment:
 #   MODEL_PATH        Hugging Face model directory (required; on every node)
@@ -13,21 +16,25 @@
 #   SAM_TRAINER       core (default: verl.trainer.main_ppo) or dapo-recipe (verl-recipe's main_dapo)
 #   VERL_RECIPE_PATH  with dapo-recipe: directory holding a verl-recipe checkout named recipe/
 #   SAM_VERL_PYTHON   Python with verl 0.9.1 (default: .venv-verl/bin/python if present, else python3)
+#   WANDB_MODE        with trainer.logger='[console,file,wandb]': offline needs no account (wandb sync later)
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 if [ $# -lt 2 ]; then
-  echo "usage: $0 RECIPE CONFIG_NAME [--dry-run] [overrides ...]" >&2
+  echo "usage: $0 RECIPE CONFIG_NAME [--dry-run] [--verbose] [overrides ...]" >&2
   exit 2
 fi
 recipe="$1"; config_name="$2"; shift 2
 
 dry_run=()
+verbose=()
 overrides=()
 for arg in "$@"; do
   case "$arg" in
     --dry-run) dry_run=(--dry-run) ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
-    -*) echo "error: unknown option $arg (options: --dry-run; everything else is a Hydra override)" >&2; exit 2 ;;
+    --verbose) verbose=(--verbose) ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -*) echo "error: unknown option $arg (options: --dry-run, --verbose; everything else is a Hydra override)" >&2
+        exit 2 ;;
     *) overrides+=("$arg") ;;
   esac
 done
@@ -48,6 +55,6 @@ fi
 cd "$repo"
 PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}" exec "$python" -m rollout.verl.launch \
   --recipe "$recipe" --config-name "$config_name" --trainer "${SAM_TRAINER:-core}" \
-  --launcher "${SAM_LAUNCHER:-local}" "${dry_run[@]}" -- \
+  --launcher "${SAM_LAUNCHER:-local}" "${dry_run[@]}" "${verbose[@]}" -- \
   "actor_rollout_ref.model.path=$MODEL_PATH" "data.train_files=$train_file" "data.val_files=$test_file" \
   "${overrides[@]}"

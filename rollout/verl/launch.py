@@ -10,6 +10,10 @@ Ray job (``ray job submit --no-wait``, with configs/ray/runtime_env.yaml and thi
 working dir), so the trainer's command is built on the cluster from paths that exist there.
 Exit status 2 with a one-line reason on any failed check.
 
+A local run keeps the console readable (``rollout.verl.console``): everything verl, Ray and vLLM print
+goes to a log file beside the run's metrics, named on the first line; the console shows one line per
+training step and the end. ``--verbose`` (or ``SAM_CONSOLE=full``) prints everything instead.
+
 The trainer is verl core's (``verl.trainer.main_ppo``, its V1 trainer does DAPO). ``--trainer
 dapo-recipe`` runs verl-recipe's ``recipe.dapo.main_dapo`` instead, only to reproduce the published
 generation pattern (``data.gen_batch_size`` prompts at once, up to ``max_num_gen_batches``), which V1
@@ -19,6 +23,8 @@ replaces with continuous refill; it needs a verl-recipe checkout (``VERL_RECIPE_
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import os
 import shlex
@@ -27,6 +33,7 @@ import sys
 import time
 from collections.abc import Sequence
 
+from rollout.verl.console import full_console, log_file, run_logged
 from rollout.verl.recipe_config import (
     CORE,
     REPO,
@@ -41,8 +48,10 @@ RUNTIME_ENV = REPO / "configs" / "ray" / "runtime_env.yaml"
 # Ray refuses to merge a job's runtime env with the one verl's trainer passes to ray.init when both set
 # a key, even to equal values; with this set, the trainer's (the recipe's) wins.
 RAY_JOB_ENV = {"RAY_OVERRIDE_JOB_RUNTIME_ENV": "1"}
-# the submitter's say on where the metrics go and whether weight syncs log checksums
-PASSED_TO_JOB = ("VERL_FILE_LOGGER_ROOT", "VERL_FILE_LOGGER_PATH", "SAM_WEIGHT_CHECKSUMS")
+# the submitter's say on where the metrics go, whether weight syncs log checksums, what the console
+# shows and how wandb runs (WANDB_MODE=offline: no account, no network)
+PASSED_TO_JOB = ("VERL_FILE_LOGGER_ROOT", "VERL_FILE_LOGGER_PATH", "SAM_WEIGHT_CHECKSUMS", "SAM_CONSOLE",
+                 "WANDB_MODE", "WANDB_DIR", "WANDB_SILENT")  # fmt: skip
 # ray.init refuses resource arguments when it joins a running cluster (a Ray job, RAY_ADDRESS)
 CLUSTER_OWNED_RAY_INIT = ("num_cpus", "num_gpus", "object_store_memory", "include_dashboard")
 
@@ -96,6 +105,8 @@ def launcher_in_job(args: argparse.Namespace) -> list[str]:
     cmd = ["python3", "-m", "rollout.verl.launch", "--recipe", args.recipe, "--trainer", args.trainer]
     if args.config_name:
         cmd += ["--config-name", args.config_name]
+    if args.verbose:
+        cmd.append("--verbose")
     return [*cmd, "--launcher", "local", *args.overrides]
 
 
@@ -149,6 +160,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--trainer", choices=sorted(TRAINERS), default=CORE, help="core: verl.trainer.main_ppo")
     p.add_argument("--launcher", choices=("local", "ray-job"), default="local")
     p.add_argument("--dry-run", action="store_true", help="print the command and resolved config; launch nothing")
+    p.add_argument("--verbose", action="store_true", help="everything on the console, no log file (SAM_CONSOLE=full)")
     p.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. sam.threshold=4")
     return p.parse_args(argv)
 
@@ -156,8 +168,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     config_name = args.config_name or args.recipe
+    logged = args.launcher == "local" and not args.dry_run and not full_console(args.verbose)
+    checks_output = io.StringIO()  # what composing and checking prints goes to the log, ahead of the trainer's
     try:
-        cfg = load_recipe(args.recipe, config_name, args.overrides, args.trainer)
+        with captured(checks_output, logged):
+            cfg = load_recipe(args.recipe, config_name, args.overrides, args.trainer)
         env = runtime_env(cfg)
         if args.launcher == "ray-job":
             submission_id = f"sam-{args.recipe}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -174,13 +189,47 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.launcher == "local":
             check_entry_importable(args.trainer, launch_env)
     except RecipeError as e:
+        sys.stderr.write(checks_output.getvalue())
         print(f"error: {e}", file=sys.stderr)
         return 2
+    os.chdir(REPO)  # the recipes' search path file://configs is relative to the repository
+    if logged:
+        log = log_file(launch_env, cfg.trainer.project_name, cfg.trainer.experiment_name)
+        header = console_header(args.recipe, config_name, cfg)
+        return run_logged(cmd, launch_env, log, header, cfg.trainer.total_training_steps, checks_output.getvalue())
     print("+ " + shlex.join(cmd), flush=True)
     if args.launcher == "ray-job":
         print(f"follow it: ray job logs --address {ray_address()} --follow {submission_id}", flush=True)
-    os.chdir(REPO)  # the recipes' search path file://configs is relative to the repository
     os.execvpe(cmd[0], cmd, launch_env)
+
+
+@contextlib.contextmanager
+def captured(buffer: io.StringIO, enabled: bool):
+    """stdout and stderr (verl's check messages and warnings) into ``buffer`` while ``enabled``."""
+    if not enabled:
+        yield
+        return
+    with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer):
+        yield
+
+
+def console_header(recipe: str, config_name: str, cfg) -> list[str]:
+    """What runs: recipe, arm, rollout replicas, steps; and how to see everything."""
+    rollout = cfg.actor_rollout_ref.rollout
+    ranks_per_replica = (
+        rollout.tensor_model_parallel_size
+        * rollout.get("data_parallel_size", 1)
+        * rollout.get("pipeline_model_parallel_size", 1)
+    )
+    replicas = cfg.trainer.n_gpus_per_node * cfg.trainer.nnodes // ranks_per_replica
+    sam = cfg.get("sam") or {}
+    arm = "SAM on" if sam.get("enable") else "SAM off (baseline)"
+    steps = cfg.trainer.total_training_steps
+    return [
+        f"[sam] recipe {recipe} ({config_name}): {arm}, {replicas} rollout replica{'s' if replicas != 1 else ''}, "
+        f"{steps if steps else 'all'} training steps, loggers {', '.join(cfg.trainer.logger)}",
+        "[sam] verl, Ray and vLLM write to the full log; --verbose or SAM_CONSOLE=full shows them here",
+    ]
 
 
 def print_dry_run(cmd: Sequence[str], cfg, env: dict) -> None:

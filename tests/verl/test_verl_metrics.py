@@ -1,10 +1,12 @@
 """SAM metrics in verl's logs: per-step deltas of the proposer's counters, added by the wrapped
-verl Tracking.log to every training step's dict, written by verl's real file logger and read back by
-evals/ab_compare.py; and Ray's worker setup hook installing all of it in a Ray worker."""
+verl Tracking.log to every training step's dict, written by verl's real file logger (read back by
+evals/ab_compare.py) and by wandb in offline mode (read back from the run file); and Ray's worker
+setup hook installing all of it in a Ray worker."""
 
 import json
 
 import pytest
+import wandb_offline
 from verl_step import REPO, verl_step_only
 
 verl_step_only()
@@ -112,9 +114,11 @@ def test_ray_worker_setup_hook_installs_the_replica_and_metrics(ray_local):
     )
 
 
-def test_metrics_reach_verls_file_log(ray_local, tmp_path, monkeypatch):
+def test_metrics_reach_verls_file_log_and_an_offline_wandb_run(ray_local, tmp_path, monkeypatch):
     log_path = tmp_path / "sam.jsonl"
     monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(log_path))
+    for key, value in {"WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path), "WANDB_SILENT": "true"}.items():
+        monkeypatch.setenv(key, value)  # no account, no network
     tracking.wrap()
     cfg = recipe_config.compose_recipe(
         "dapo_qwen3_32b",
@@ -129,7 +133,7 @@ def test_metrics_reach_verls_file_log(ray_local, tmp_path, monkeypatch):
     ]
     # a running server answers within tracking's RPC timeout; a new worker process on a busy machine may not
     assert ray.get(sam_replica.servers[0].ready.remote(), timeout=WORKER_START_S)
-    verl_log = Tracking(project_name="sam-dapo", experiment_name="test", default_backend="file")
+    verl_log = Tracking(project_name="sam-dapo", experiment_name="test", default_backend=["file", "wandb"])
     verl_log.log({"val-core/aime-2024/acc/mean@1": 0.1}, step=0)
     verl_log.log({"timing_s/gen": 10.0, "critic/score/mean": 0.1}, step=1)
     verl_log.log({"timing_s/gen": 9.0, "critic/score/mean": 0.2}, step=2)
@@ -145,3 +149,8 @@ def test_metrics_reach_verls_file_log(ray_local, tmp_path, monkeypatch):
     assert records[2]["data"]["rollout/gen_s_per_1k_tokens"] == pytest.approx(10.0)
     steps = ab_compare.training_steps(ab_compare.read_metrics(log_path))
     assert sorted(steps) == [1, 2] and steps[2]["rollout/sam_acceptance_length"] == pytest.approx(1.5)
+    (run,) = wandb_offline.run_files(tmp_path)
+    logged = wandb_offline.history(run)
+    assert logged[1]["rollout/sam_acceptance_length"] == pytest.approx(1.75)
+    assert logged[2]["rollout/sam_acceptance_length"] == pytest.approx(1.5)
+    assert logged[2]["rollout/generated_tokens"] == 900 and "rollout/sam_acceptance_length" not in logged[0]
