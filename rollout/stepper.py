@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import sys
 import time
 from collections.abc import Sequence
 
@@ -24,7 +23,7 @@ from rollout.metrics import SamMetrics
 from rollout.settings import AUTO, SamSettings
 from sam import BatchDrafter
 from sam.auto_switch import AutoSwitch
-from sam.switch import ScheduleSwitch, threshold_schedule
+from sam.switch import ScheduleSwitch
 
 NBYTES_EVERY = 64  # calls between two readings of the drafter's bytes (a sum over its automata)
 # an interval between two calls spent more than this share inside the last call (numba compiling at a
@@ -91,16 +90,11 @@ class SamStepper:
     ):
         self.settings = settings
         self._clock = clock  # seconds; the tests pass a simulated one
-        self.k = settings.k
-        if settings.schedule == AUTO:
-            self.switch = AutoSwitch(self.k)
-        else:  # a threshold t is the schedule [[t, k]]
-            self.switch = ScheduleSwitch(
-                settings.schedule or threshold_schedule(settings.threshold, self.k, sys.maxsize)
-            )
+        self.k = settings.draft.k
+        self.switch = AutoSwitch(self.k) if settings.switch == AUTO else ScheduleSwitch(settings.fixed_schedule())
         self.scorer = DraftScorer(self.k, self.switch.score_every) if self.switch.learns_acceptance else None
         self.max_model_len = int(max_model_len)
-        self.drafter = BatchDrafter(settings.draft_config())
+        self.drafter = BatchDrafter(settings.draft)
         self.metrics = SamMetrics(self.k)
         self._asked: dict = {}  # the last step's drafted rows: req_id -> (num_tokens then, draft length)
         self._last_call = None  # perf_counter() at the start of the last call
@@ -142,7 +136,7 @@ class SamStepper:
         k: int | None = None,
     ) -> list[list[int]]:
         """Drafts for each live row. ``num_scheduled_reqs`` (default: the live rows) keys the switch;
-        ``k`` (default settings.k) caps the draft length, e.g. an engine's own per-step K."""
+        ``k`` (default settings.draft.k) caps the draft length, e.g. an engine's own per-step K."""
         t0 = self._clock()
         n = len(sampled_token_ids)
         out: list[list[int]] = [[] for _ in range(n)]
@@ -206,7 +200,7 @@ class SamStepper:
 
     def _start(self, req_id, prompt: np.ndarray) -> bool:
         """Start a request; returns whether it drafts from the prompt store's responses too."""
-        group = prompt_group_key(prompt) if self.settings.group_aware else None
+        group = prompt_group_key(prompt) if self.settings.draft.group_aware else None
         return self.drafter.start(req_id, prompt, group=group)
 
     def _observe_last_step(self, req_ids, sampled_token_ids, lengths) -> None:

@@ -1,11 +1,15 @@
 """sam_engine_kwargs: the engine arguments every script and test builds SAM from, read back as the engine
-reads them."""
+reads them (``SamSettings``): one switch with its two old names, every DraftConfig field, and the
+messages a bad or conflicting setting gives."""
+
+from dataclasses import fields
 
 import pytest
 
 from rollout.engine_kwargs import sam_engine_kwargs
-from rollout.settings import SamSettings
+from rollout.settings import AUTO, DEFAULT_SWITCH, KNOWN_KEYS, SamSettings
 from rollout.verl.engine_args import check_sam_engine_kwargs
+from sam import DraftConfig
 
 
 class _VllmConfig:  # the two attributes SamSettings.from_vllm_config reads
@@ -17,7 +21,7 @@ class _VllmConfig:  # the two attributes SamSettings.from_vllm_config reads
 
 
 def test_the_settings_reach_the_engine_and_verl_checks_alike():
-    kw = sam_engine_kwargs(4, schedule=[[2, 4], [8, 1]], group_aware=False)
+    kw = sam_engine_kwargs(4, switch=[[2, 4], [8, 1]], group_aware=False)
     assert kw["speculative_config"] == {
         "method": "custom_class",
         "model": "rollout.proposer.SamProposer",
@@ -25,8 +29,97 @@ def test_the_settings_reach_the_engine_and_verl_checks_alike():
     }
     from_engine = SamSettings.from_vllm_config(_VllmConfig(kw))
     assert from_engine == check_sam_engine_kwargs(kw)
-    assert (from_engine.k, from_engine.schedule, from_engine.group_aware) == (4, ((2, 4), (8, 1)), False)
-    assert from_engine.min_match == SamSettings.min_match  # settings not given keep their defaults
+    assert (from_engine.draft.k, from_engine.switch, from_engine.draft.group_aware) == (4, ((2, 4), (8, 1)), False)
+    assert from_engine.draft.min_match == DraftConfig.min_match  # settings not given keep their defaults
+
+
+def test_defaults():
+    s = SamSettings.from_mapping(3, None)
+    assert s == SamSettings.from_mapping(3, {}) == SamSettings(draft=DraftConfig(k=3))
+    assert (s.switch, s.log_interval_s, s.draft) == (DEFAULT_SWITCH, 0.0, DraftConfig(k=3))
+    assert s.draft.prompt_store is False  # the store is opt-in in the engine (the recipes turn it on)
+
+
+def test_every_draft_config_field_but_k_is_a_setting_and_round_trips():
+    changed = {"min_match": 2, "length_policy": "confidence", "continuation": "frequent", "min_token_prob": 0.3,
+               "count_prior": 2.0, "recency_weight": 3.0, "long_match": 8, "group_aware": False,
+               "history_tokens": 4096, "prompt_store": True, "prompt_store_bytes": 1 << 20,
+               "prompt_store_tokens": 512}  # fmt: skip
+    assert set(changed) == {f.name for f in fields(DraftConfig)} - {"k"}
+    assert all(changed[name] != getattr(DraftConfig, name) for name in changed)  # each one differs from its default
+    s = SamSettings.from_mapping(5, {**changed, "switch": 2, "log_interval_s": 1.5})
+    assert s.draft == DraftConfig(k=5, **changed)
+    assert (s.switch, s.log_interval_s) == (2, 1.5)
+    assert set(KNOWN_KEYS) == set(changed) | {"switch", "threshold", "schedule", "log_interval_s"}
+
+
+@pytest.mark.parametrize(
+    "raw,switch",
+    [
+        ({"switch": 4}, 4),
+        ({"switch": 0}, 0),
+        ({"switch": None}, None),
+        ({"switch": "always"}, None),
+        ({"switch": "auto"}, AUTO),
+        ({"switch": [[2, 3], [16, 1]]}, ((2, 3), (16, 1))),
+        # the old names, as they were written: a threshold, a schedule (with or without threshold: null)
+        ({"threshold": 4}, 4),
+        ({"threshold": None}, None),
+        ({"threshold": 8, "schedule": None}, 8),  # what configs/sam/enabled.yaml resolved to before sam.spec
+        ({"schedule": "auto"}, AUTO),
+        ({"threshold": None, "schedule": "auto"}, AUTO),
+        ({"threshold": None, "schedule": [[2, 3]]}, ((2, 3),)),
+        ({"schedule": None}, DEFAULT_SWITCH),
+        ({"switch": 4, "schedule": None}, 4),
+    ],
+)
+def test_one_switch_and_its_old_names(raw, switch):
+    assert SamSettings.from_mapping(3, raw).switch == switch
+
+
+@pytest.mark.parametrize(
+    "raw,got",
+    [
+        ({"threshold": 8, "schedule": "auto"}, "threshold=8 and schedule='auto'"),
+        ({"switch": 4, "threshold": 8}, "switch=4 and threshold=8"),
+        ({"switch": 4, "threshold": None}, "switch=4 and threshold=None"),
+        ({"switch": "auto", "schedule": [[2, 3]]}, "switch='auto' and schedule=[[2, 3]]"),
+    ],
+)
+def test_two_switches_fail_naming_both_and_the_new_key(raw, got):
+    with pytest.raises(ValueError) as e:
+        SamSettings.from_mapping(3, raw)
+    message = str(e.value)
+    assert got in message and "additional_config.sam_spec.switch" in message
+    assert "threshold and schedule are its old names" in message
+
+
+@pytest.mark.parametrize(
+    "raw,message",
+    [
+        ({"switch": -1}, r"sam_spec\.switch must be an integer >= 0 \(a threshold\), null or \"always\""),
+        ({"switch": "sometimes"}, r"sam_spec\.switch must be .*got 'sometimes'"),
+        ({"switch": True}, r"sam_spec\.switch must be .*got True"),
+        ({"switch": [[2, 4]]}, r"sam_spec\.switch\[0\]: k must be an integer in 0\.\.3"),
+        ({"threshold": -1}, r"sam_spec\.threshold must be an integer >= 0 or null"),
+        ({"threshold": "auto"}, r"sam_spec\.threshold must be an integer >= 0 or null"),
+        ({"schedule": "fast"}, r'sam_spec\.schedule must be "auto" or a list'),
+        ({"schedule": 4}, r"sam_spec\.schedule must be a list of \[max_batch, k\] pairs"),
+        ({"long_match": 0}, r"sam_spec: DraftConfig\.long_match must be in \[1, 16\]"),
+        ({"log_interval_s": -1}, r"sam_spec\.log_interval_s must be a number >= 0"),
+        ({"k": 3}, r"sam_spec\.k is not a setting: k is speculative_config\.num_speculative_tokens"),
+    ],
+)
+def test_a_bad_setting_names_its_key(raw, message):
+    with pytest.raises(ValueError, match=message):
+        SamSettings.from_mapping(3, raw)
+
+
+def test_an_unknown_key_fails_with_the_known_ones():
+    with pytest.raises(ValueError) as e:
+        SamSettings.from_mapping(3, {"treshold": 3})
+    assert "unknown setting(s) ['treshold']" in str(e.value)
+    assert all(repr(key) in str(e.value) for key in KNOWN_KEYS)
 
 
 def test_a_bad_setting_fails_where_the_engine_reads_it():
@@ -35,3 +128,14 @@ def test_a_bad_setting_fails_where_the_engine_reads_it():
         SamSettings.from_vllm_config(_VllmConfig(kw))
     with pytest.raises(ValueError, match=r"num_speculative_tokens must be an integer >= 1, got 2.5"):
         check_sam_engine_kwargs(sam_engine_kwargs(2.5))
+    with pytest.raises(ValueError, match=r"num_speculative_tokens must be an integer >= 1, got 0"):
+        SamSettings(draft=DraftConfig(k=0))
+
+
+def test_fixed_schedule():
+    assert SamSettings.from_mapping(3, {"switch": 8}).fixed_schedule() == ((8, 3),)
+    assert SamSettings.from_mapping(3, {"switch": None}).fixed_schedule(64) == ((64, 3),)
+    assert SamSettings.from_mapping(3, {"switch": 0}).fixed_schedule() == ((1, 0),)
+    assert SamSettings.from_mapping(3, {"switch": [[2, 3]]}).fixed_schedule() == ((2, 3),)
+    with pytest.raises(ValueError, match="no fixed schedule"):
+        SamSettings.from_mapping(3, {"switch": "auto"}).fixed_schedule()

@@ -156,14 +156,16 @@ def test_distinct_experts_formula_against_monte_carlo(B, q, rho):
 
 def test_settings_schedule_is_validated_with_a_clear_error():
     S = SamSettings
-    s = S.from_mapping(3, {"schedule": [[4, 3], [16, 1]], "threshold": None})
-    assert s.schedule == ((4, 3), (16, 1))
+    assert S.from_mapping(3, {"switch": [[4, 3], [16, 1]]}).switch == ((4, 3), (16, 1))
+    assert S.from_mapping(3, {"schedule": [[4, 3], [16, 1]], "threshold": None}).switch == ((4, 3), (16, 1))
     with pytest.raises(ValueError, match=r"additional_config\.sam_spec\.schedule\[0\]: k must be"):
         S.from_mapping(3, {"schedule": [[4, 5]], "threshold": None})
-    with pytest.raises(ValueError, match="either threshold or schedule"):
+    with pytest.raises(ValueError, match=r"additional_config\.sam_spec\.switch\[1\]: max_batch must increase"):
+        S.from_mapping(3, {"switch": [[4, 3], [4, 1]]})
+    with pytest.raises(ValueError, match="threshold=8 and schedule=.* both set when to speculate"):
         S.from_mapping(3, {"schedule": [[4, 3]], "threshold": 8})
     # schedule given alone: the default threshold is not in the way
-    assert S.from_mapping(3, {"schedule": [[4, 3]]}).schedule == ((4, 3),)
+    assert S.from_mapping(3, {"schedule": [[4, 3]]}).switch == ((4, 3),)
 
 
 def test_stepper_follows_the_schedule_per_step():
@@ -185,8 +187,11 @@ def test_stepper_follows_the_schedule_per_step():
     assert st.switch.choose_k(1) == 3 and st.switch.choose_k(2) == 1 and st.switch.choose_k(3) == 0
 
 
-def test_threshold_unchanged_without_schedule():
-    st = SamStepper(SamSettings.from_mapping(3, {"threshold": 8}), max_model_len=64)
+@pytest.mark.parametrize("key", ["switch", "threshold"])
+def test_a_threshold_is_the_schedule_up_to_it(key):
+    st = SamStepper(SamSettings.from_mapping(3, {key: 8}), max_model_len=64)
     assert [st.switch.choose_k(n) for n in (1, 8, 9)] == [3, 3, 0]
-    st = SamStepper(SamSettings.from_mapping(3, {"threshold": None}), max_model_len=64)
+    st = SamStepper(SamSettings.from_mapping(3, {key: None}), max_model_len=64)
     assert st.switch.choose_k(10_000) == 3
+    st = SamStepper(SamSettings.from_mapping(3, {key: 0}), max_model_len=64)
+    assert st.switch.choose_k(1) == 0

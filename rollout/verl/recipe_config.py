@@ -6,6 +6,10 @@ checked the way verl's trainers check it before training (``OmegaConf.resolve``,
 is silently ignored: the model directory, the data files, SAM's settings, max_model_len against the
 model, settings verl's V1 trainer ignores, and what a CPU run needs. Every failure is a RecipeError
 with a one-line reason.
+
+SAM's engine settings are ``sam.spec`` (configs/sam/spec/default.yaml). Overrides in their old form
+(``sam.threshold=4``, ``sam.group_aware=false``, ``...engine_kwargs.vllm.additional_config.sam_spec.X=v``)
+are rewritten to it first (``current_overrides``), here and in the command the launcher gives verl.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from rollout.settings import SCHEDULE, SWITCH, THRESHOLD
 from rollout.verl.engine_args import check_sam_engine_kwargs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -24,6 +29,11 @@ CORE, DAPO_RECIPE = "core", "dapo-recipe"
 # the trainer's entry module; verl-recipe's main_dapo only to reproduce the published generation pattern
 TRAINERS = {CORE: "verl.trainer.main_ppo", DAPO_RECIPE: "recipe.dapo.main_dapo"}
 VERL_PLUGIN = "rollout.verl.plugin"
+SPEC = "sam.spec"  # SAM's engine settings: the sam group passes this node whole as sam_spec
+ENGINE_SPEC = "actor_rollout_ref.rollout.engine_kwargs.vllm.additional_config.sam_spec"
+# the engine settings' old keys, directly under sam (configs/sam/*.yaml listed them there until sam.spec)
+OLD_SAM_KEYS = (THRESHOLD, SCHEDULE, "group_aware", "min_match", "length_policy", "history_tokens", "continuation",
+                "prompt_store", "prompt_store_bytes")  # fmt: skip
 
 
 class RecipeError(Exception):
@@ -43,8 +53,56 @@ def recipe_dir(recipe: str) -> Path:
     return d
 
 
+def current_overrides(overrides: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The overrides with SAM's old keys in their current form, and a note for each old one.
+
+    ``sam.<key>=v`` and ``ENGINE_SPEC.<key>=v`` set ``sam.spec.<key>``. The switch's old names keep their
+    names in the engine settings, which read them as before (``rollout.settings.switch_entry``):
+    ``sam.threshold=4`` becomes ``~sam.spec.switch ++sam.spec.threshold=4``, so that a threshold and a
+    schedule given together (``sam.threshold=null sam.schedule=auto``) mean what they meant."""
+    out, notes, aliases, switch = [], [], [], None
+    for override in overrides:
+        key, sep, value = override.partition("=")
+        name = _old_spec_key(key.lstrip("+")) if sep else None
+        if name is None:
+            if key.lstrip("+") == f"{SPEC}.{SWITCH}":
+                switch = override
+            out.append(override)
+            continue
+        if name == SCHEDULE and value == "null":  # the old default: it set nothing, nor does it now
+            notes.append(f"{override} sets nothing: the switch is {SPEC}.{SWITCH} (docs/settings.md)")
+            continue
+        if name in (THRESHOLD, SCHEDULE):
+            aliases.append(override)
+            out.append(f"++{SPEC}.{name}={value}")
+            notes.append(f"{override}: {name} is an old name of {SPEC}.{SWITCH}, still accepted (docs/settings.md)")
+            continue
+        listed = name in OLD_SAM_KEYS  # in configs/sam/spec/default.yaml; any other engine setting is added
+        out.append(f"{'' if listed else '++'}{SPEC}.{name}={value}")
+        notes.append(f"{override} is now {SPEC}.{name}={value}; the old key still works (docs/settings.md)")
+    if aliases:
+        given = [a for a in aliases if not a.endswith(f"{THRESHOLD}=null")]  # off next to a schedule: as before
+        if switch is not None or len(given) > 1:
+            got = " and ".join([*given, *([switch] if switch else [])])
+            raise RecipeError(
+                f"{got}: when to speculate is set twice; give {SPEC}.{SWITCH} alone ({THRESHOLD} and {SCHEDULE} are "
+                "its old names; docs/settings.md)"
+            )
+        out.insert(0, f"~{SPEC}.{SWITCH}")
+    return out, notes
+
+
+def _old_spec_key(key: str) -> str | None:
+    """The engine setting that an override of ``key`` sets in the old form; None for any other key."""
+    head, _, name = key.rpartition(".")
+    if head == "sam" and name in OLD_SAM_KEYS:
+        return name
+    return name if head == ENGINE_SPEC and name else None
+
+
 def compose_recipe(recipe: str, config_name: str, overrides: Sequence[str]):
-    """The composed (unresolved) config, as the trainer's Hydra main composes it."""
+    """The composed (unresolved) config, as the trainer's Hydra main composes it from the overrides in
+    their current form (``current_overrides``)."""
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
@@ -52,11 +110,12 @@ def compose_recipe(recipe: str, config_name: str, overrides: Sequence[str]):
     d = recipe_dir(recipe)
     if not (d / f"{config_name}.yaml").is_file():
         raise RecipeError(f"no config {config_name!r} in {d}")
+    overrides, _ = current_overrides(overrides)
     cwd = os.getcwd()
     os.chdir(REPO)  # the recipes' search path file://configs is relative to the repository
     try:
         with initialize_config_dir(config_dir=str(d), version_base=None):
-            return compose(config_name=config_name, overrides=list(overrides))
+            return compose(config_name=config_name, overrides=overrides)
     except (HydraException, OmegaConfBaseException) as e:
         raise RecipeError(f"invalid override or config: {first_line(e)}") from e
     finally:
@@ -68,7 +127,7 @@ def load_recipe(recipe: str, config_name: str, overrides: Sequence[str], trainer
     if trainer not in TRAINERS:
         raise RecipeError(f"unknown trainer {trainer!r}; known: {sorted(TRAINERS)}")
     cfg = compose_recipe(recipe, config_name, overrides)
-    check_override_types(compose_recipe(recipe, config_name, []), cfg, overrides)
+    check_override_types(compose_recipe(recipe, config_name, []), cfg, current_overrides(overrides)[0])
     resolve_and_validate(cfg, trainer)
     return cfg
 
@@ -78,8 +137,8 @@ def check_override_types(base, cfg, overrides: Sequence[str]) -> None:
     and verl's dataclasses do not check it either; it would fail mid-training)."""
     for override in overrides:
         key, sep, _ = override.partition("=")
-        if not sep or key.startswith(("+", "~", "hydra.")) or "@" in key:
-            continue
+        if not sep or key.startswith(("+", "~", "hydra.")) or "@" in key or key == f"{SPEC}.{SWITCH}":
+            continue  # (the switch takes an integer, null, "auto" or a list: the engine settings check it)
         before, after = _select(base, key), _select(cfg, key)
         if before is None or after is None or not isinstance(before, (bool, int, float, str)):
             continue  # a group, a container, or a nullable value
@@ -169,6 +228,12 @@ def check_verl_schema(cfg) -> None:
 
 
 def check_sam(cfg) -> None:
+    stale = [key for key in OLD_SAM_KEYS if key in cfg.sam]
+    if stale:  # set in a YAML file (an override is rewritten): nothing reads sam.<key> any more
+        raise RecipeError(
+            f"sam.{stale[0]} is no longer read: SAM's engine settings are {SPEC} ({SPEC}.{SWITCH} for threshold "
+            "and schedule); move it there in your YAML (docs/settings.md)"
+        )
     engine_kwargs = dict(cfg.actor_rollout_ref.rollout.engine_kwargs.get("vllm") or {})
     try:
         settings = check_sam_engine_kwargs(_plain(engine_kwargs))

@@ -27,7 +27,7 @@ from dataclasses import asdict
 import numpy as np
 import torch
 
-from rollout.settings import AUTO, SamSettings
+from rollout.settings import AUTO, WHERE, SamSettings
 from rollout.stepper import SamStepper, compile_kernels
 
 # under "vllm." so that vLLM's configured handler prints it in engine processes
@@ -37,34 +37,30 @@ logger = logging.getLogger(f"vllm.{__name__}")
 def check_settings_for_fixed_width(settings: SamSettings) -> None:
     """On this route the scheduler fixes how many draft slots each request verifies, so the online
     switch, which learns what verifying its own drafts costs, has nothing true to learn."""
-    if settings.schedule == AUTO:
+    if settings.switch == AUTO:
         raise ValueError(
-            'additional_config.sam_spec.schedule="auto" is not supported with speculative method "sam" '
-            "(vLLM >= 0.34): Model Runner V2 verifies num_speculative_tokens slots per request whatever SAM "
-            "drafts. Use a threshold or a static schedule, and give vLLM the same table as "
+            f'{WHERE}.switch="{AUTO}" is not supported with speculative method "sam" (vLLM >= 0.34): Model '
+            "Runner V2 verifies num_speculative_tokens slots per request whatever SAM drafts. Use a threshold or "
+            "a static schedule, and give vLLM the same table as "
             "speculative_config.num_speculative_tokens_per_batch_size (rollout.vllm.speculator.batch_size_table)."
         )
 
 
 def batch_size_table(settings: SamSettings, max_num_seqs: int) -> list[list[int]]:
-    """SAM's threshold or static schedule as vLLM's ``num_speculative_tokens_per_batch_size`` (inclusive
-    ``[start, end, k]`` ranges up to max_num_seqs), so that the scheduler also verifies no slots in the
-    steps where SAM drafts none."""
+    """SAM's switch (a threshold or a static schedule) as vLLM's ``num_speculative_tokens_per_batch_size``
+    (inclusive ``[start, end, k]`` ranges up to max_num_seqs, neighbours with the same k joined), so that
+    the scheduler also verifies no slots in the steps where SAM drafts none."""
     check_settings_for_fixed_width(settings)
-    if settings.schedule is not None:
-        pairs = [tuple(p) for p in settings.schedule]
-    elif settings.threshold is not None:
-        pairs = [(settings.threshold, settings.k)]
-    else:
-        pairs = [(max_num_seqs, settings.k)]
     table, start = [], 1
-    for max_batch, k in pairs:
+    for max_batch, k in [*settings.fixed_schedule(max_num_seqs), (max_num_seqs, 0)]:
         end = min(int(max_batch), max_num_seqs)
-        if end >= start:
+        if end < start:
+            continue
+        if table and table[-1][2] == k:
+            table[-1][1] = end
+        else:
             table.append([start, end, int(k)])
-            start = end + 1
-    if start <= max_num_seqs:
-        table.append([start, max_num_seqs, 0])
+        start = end + 1
     return table
 
 
@@ -120,7 +116,7 @@ class SamSpeculator:
         check_settings_for_fixed_width(self.settings)
         self.device = torch.device(device)
         self.req_states = req_states
-        self.k = self.settings.k
+        self.k = self.settings.draft.k
         self.max_model_len = int(vllm_config.model_config.max_model_len)
         self.max_num_reqs = int(vllm_config.scheduler_config.max_num_seqs)
         self.stepper = SamStepper(self.settings, self.max_model_len, log=logger)

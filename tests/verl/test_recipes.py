@@ -1,16 +1,22 @@
 """Every recipe config composes against verl 0.9.1's real schema (pkg://verl.trainer.config), passes
-verl's own validation, and resolves to vLLM engine kwargs with SAM's published settings; overrides
-change them; invalid overrides fail before anything launches."""
+verl's own validation, and resolves to vLLM engine kwargs with SAM's published settings; overrides,
+old and new, change them, in the config verl itself composes from the launcher's command; the sam group
+works in a config of one's own; invalid overrides fail before anything launches."""
+
+import os
 
 import pytest
+import yaml
 from verl_step import make_inputs, verl_step_only
 
 verl_step_only()
 
 from omegaconf import OmegaConf  # noqa: E402
 
+from rollout.settings import AUTO, SamSettings  # noqa: E402
 from rollout.verl import launch, recipe_config  # noqa: E402
-from rollout.verl.recipe_config import RecipeError  # noqa: E402
+from rollout.verl.engine_args import check_sam_engine_kwargs  # noqa: E402
+from rollout.verl.recipe_config import REPO, RecipeError  # noqa: E402
 
 # (recipe, config, threshold, k, max_num_seqs, rollout TP, train batch, prompts in flight (train batches), nodes,
 # strategy, prompt store bytes per replica): the published generation batch (96, 1536, 128 prompts) as V1's
@@ -55,7 +61,7 @@ def test_published_setup(inputs, recipe, name, threshold, k, seqs, tp, train, ge
         "model": "rollout.proposer.SamProposer",
         "num_speculative_tokens": k,
     }
-    assert vllm["additional_config"]["sam_spec"]["threshold"] == threshold
+    assert vllm["additional_config"]["sam_spec"]["switch"] == threshold
     assert vllm["additional_config"]["sam_spec"]["group_aware"] is True
     assert vllm["additional_config"]["sam_spec"]["prompt_store"] is True  # on in the SAM arm, bounded per replica
     assert vllm["additional_config"]["sam_spec"]["prompt_store_bytes"] == store_bytes
@@ -88,23 +94,129 @@ def test_32b_published_response_length(inputs):
     assert resolved("dapo_qwen3_32b", "dapo_qwen3_32b", inputs).data.max_response_length == 34816
 
 
-def test_overrides_reach_the_engine_kwargs(inputs):
-    cfg = resolved(
-        "dapo_qwen3_32b",
-        "dapo_qwen3_32b",
-        inputs,
-        "sam.threshold=4",
-        "sam.num_speculative_tokens=4",
-        "sam.group_aware=false",
-    )
+@pytest.mark.parametrize(
+    "overrides,threshold_key",
+    [
+        (("sam.spec.switch=4", "sam.num_speculative_tokens=4", "sam.spec.group_aware=false"), "switch"),
+        (("sam.threshold=4", "sam.num_speculative_tokens=4", "sam.group_aware=false"), "threshold"),  # the old keys
+    ],
+)
+def test_overrides_reach_the_engine_kwargs(inputs, overrides, threshold_key):
+    cfg = resolved("dapo_qwen3_32b", "dapo_qwen3_32b", inputs, *overrides)
     vllm = cfg.actor_rollout_ref.rollout.engine_kwargs.vllm
     assert vllm.speculative_config.num_speculative_tokens == 4
-    assert vllm.additional_config.sam_spec.threshold == 4
+    assert vllm.additional_config.sam_spec[threshold_key] == 4
     assert vllm.additional_config.sam_spec.group_aware is False
+    engine_kwargs = verl_engine_kwargs(cfg)
+    assert engine_kwargs["additional_config"]["sam_spec"][threshold_key] == 4  # what the server reads
+
+
+def verl_engine_kwargs(cfg) -> dict:
+    """The vLLM engine kwargs as verl's server gets them (its RolloutConfig dataclass: plain containers)."""
     from verl.utils.config import omega_conf_to_dataclass
 
-    engine_kwargs = omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout).engine_kwargs["vllm"]
-    assert engine_kwargs["additional_config"]["sam_spec"]["threshold"] == 4  # what the server reads
+    return omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout).engine_kwargs["vllm"]
+
+
+def verl_composes(config_dir, config_name, overrides):
+    """The config as verl's Hydra main composes it from a command line: no launcher, no rewriting."""
+    from hydra import compose, initialize_config_dir
+
+    cwd = os.getcwd()
+    os.chdir(REPO)  # the recipes' search path file://configs is relative to the repository
+    try:
+        with initialize_config_dir(config_dir=str(config_dir), version_base=None):
+            cfg = compose(config_name=config_name, overrides=list(overrides))
+    finally:
+        os.chdir(cwd)
+    OmegaConf.resolve(cfg)
+    return cfg
+
+
+# (overrides, k, switch, group_aware) as SAM's engine reads them; the old keys first, then their new form
+OVERRIDE_CASES = [
+    ((), None, None, True),
+    (("sam.threshold=4", "sam.num_speculative_tokens=4", "sam.group_aware=false"), 4, 4, False),
+    (("sam.threshold=null", "sam.schedule=auto"), None, AUTO, True),
+    (("sam.schedule=auto",), None, AUTO, True),
+    (("sam.threshold=null",), None, None, True),
+    (("actor_rollout_ref.rollout.engine_kwargs.vllm.additional_config.sam_spec.threshold=2",), None, 2, True),
+    (("actor_rollout_ref.rollout.engine_kwargs.vllm.additional_config.sam_spec.schedule=auto",), None, AUTO, True),
+    (("sam.spec.switch=4", "sam.num_speculative_tokens=4", "sam.spec.group_aware=false"), 4, 4, False),
+    (("sam.spec.switch=auto",), None, AUTO, True),
+    (("sam.spec.switch=null",), None, None, True),
+    (("sam.spec.switch=[[2,3],[16,1]]",), None, ((2, 3), (16, 1)), True),
+]
+
+
+@pytest.mark.parametrize("recipe,name", [(p[0], p[1]) for p in PUBLISHED] + CPU_PRESETS)
+@pytest.mark.parametrize("overrides,k,switch,group_aware", OVERRIDE_CASES)
+def test_verl_composes_the_launchers_command_into_sams_settings(
+    inputs, recipe, name, overrides, k, switch, group_aware
+):
+    """What the trainer gets: the launcher's command line (old keys rewritten), composed by Hydra as
+    verl's main does, resolved to the engine kwargs verl's server passes to vLLM, read as vLLM's SAM reads
+    them."""
+    current, _ = recipe_config.current_overrides([*inputs, *overrides])
+    cmd = launch.training_command(recipe, name, current)
+    assert cmd[3:5] == [f"--config-path={launch.recipe_dir(recipe)}", f"--config-name={name}"]
+    cfg = verl_composes(launch.recipe_dir(recipe), name, cmd[5:])
+    default = verl_composes(launch.recipe_dir(recipe), name, inputs).sam.spec
+    settings = check_sam_engine_kwargs(verl_engine_kwargs(cfg))
+    assert settings.draft.k == (k or cfg.sam.num_speculative_tokens)
+    assert settings.switch == (default.switch if switch is None and not overrides else switch)
+    assert settings.draft.group_aware is group_aware
+    assert settings.draft.prompt_store_bytes == default.prompt_store_bytes  # the recipe's own, kept
+
+
+def test_the_sam_group_in_a_verl_config_of_ones_own(tmp_path):
+    """Without the launcher: a user's own verl config that takes the sam group gets a working engine
+    config, and new keys (listed or added with a plus) reach the engine."""
+    (tmp_path / "mine.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "hydra": {"searchpath": ["pkg://verl.trainer.config", f"file://{REPO / 'configs'}"]},
+                "defaults": ["ppo_trainer", {"sam": "enabled"}, "_self_"],
+                "actor_rollout_ref": {"rollout": {"name": "vllm"}},
+            }
+        )
+    )
+    settings = check_sam_engine_kwargs(verl_engine_kwargs(verl_composes(tmp_path, "mine", [])))
+    assert settings == SamSettings.from_mapping(3, {"switch": 8, "prompt_store": True})
+    cfg = verl_composes(tmp_path, "mine", ["sam.spec.switch=auto", "+sam.spec.long_match=8"])
+    engine_kwargs = verl_engine_kwargs(cfg)
+    assert type(engine_kwargs["additional_config"]["sam_spec"]) is dict  # a plain dict reaches vLLM
+    settings = check_sam_engine_kwargs(engine_kwargs)
+    assert (settings.switch, settings.draft.long_match) == (AUTO, 8)
+    assert check_sam_engine_kwargs(verl_engine_kwargs(verl_composes(tmp_path, "mine", ["sam=disabled"]))) is None
+
+
+def test_old_keys_are_rewritten_with_a_note_and_conflicts_fail():
+    current, notes = recipe_config.current_overrides(["sam.threshold=4", "sam.min_match=2", "ab.seed=7"])
+    assert current == ["~sam.spec.switch", "++sam.spec.threshold=4", "sam.spec.min_match=2", "ab.seed=7"]
+    assert len(notes) == 2 and "sam.spec.switch" in notes[0] and "sam.spec.min_match=2" in notes[1]
+    assert recipe_config.current_overrides(current) == (current, [])  # the launcher's command, as the job sees it
+    current, notes = recipe_config.current_overrides(["sam.schedule=null"])
+    assert current == [] and "sets nothing" in notes[0]
+    for overrides in (["sam.threshold=4", "sam.spec.switch=8"], ["sam.threshold=4", "sam.schedule=auto"]):
+        with pytest.raises(RecipeError, match="when to speculate is set twice; give sam.spec.switch alone"):
+            recipe_config.current_overrides(overrides)
+
+
+def test_an_old_key_left_in_a_yaml_fails_with_its_new_place(inputs):
+    from omegaconf import open_dict
+
+    cfg = composed("dapo_qwen3_32b", "dapo_qwen3_32b", inputs)
+    with open_dict(cfg):
+        cfg.sam.threshold = 4  # what a recipe of one's own written before sam.spec still sets
+    with pytest.raises(RecipeError, match=r"sam.threshold is no longer read: .* sam.spec \(sam.spec.switch for"):
+        recipe_config.check_sam(cfg)
+
+
+def test_the_groups_engine_settings_are_the_engines_defaults_but_the_prompt_store():
+    spec = yaml.safe_load((REPO / "configs" / "sam" / "spec" / "default.yaml").read_text())
+    engine = SamSettings.from_mapping(3, spec)
+    assert engine == SamSettings.from_mapping(3, {"prompt_store": True})
 
 
 def flat(tree, prefix=""):
@@ -153,6 +265,9 @@ def test_ab_seeds_are_shared_and_overridable(inputs):
     "override,message",
     [
         ("sam.threshold=-1", "threshold must be an integer >= 0"),
+        ("sam.spec.switch=-1", "switch must be an integer >= 0"),
+        ("sam.spec.switch=sometimes", "switch must be an integer >= 0"),
+        ("sam.spec.tresh=3", "invalid override"),
         ("sam.num_speculative_tokens=0", "num_speculative_tokens must be an integer >= 1"),
         ("sam.length_policy=wild", "length_policy"),
         ("sam.treshold=3", "invalid override"),
@@ -163,6 +278,8 @@ def test_ab_seeds_are_shared_and_overridable(inputs):
         ("data.train_files=/nonexistent.parquet", "not found"),
         ("actor_rollout_ref.actor.clip_ratio_low=oops", "clip_ratio_low takes a number"),
         ("sam.group_aware=maybe", "group_aware takes a boolean"),
+        ("sam.spec.group_aware=maybe", "group_aware takes a boolean"),
+        ("+sam.spec.tresh=3", r"unknown setting\(s\) \['tresh'\]"),
     ],
 )
 def test_invalid_overrides_fail_early(inputs, override, message):
