@@ -87,7 +87,8 @@ class SamSettings:
             draft = DraftConfig(k=k, **{name: raw[name] for name in DRAFT_KEYS if name in raw})
         except ValueError as e:  # DraftConfig names the field; say where it came from
             raise ValueError(f"{WHERE}: {e}") from None
-        return cls(draft=draft, switch=switch, **{name: raw[name] for name in ("log_interval_s",) if name in raw})
+        log_interval = {"log_interval_s": raw["log_interval_s"]} if "log_interval_s" in raw else {}
+        return cls(draft=draft, switch=switch, **log_interval)
 
     @classmethod
     def from_vllm_config(cls, vllm_config) -> SamSettings:
