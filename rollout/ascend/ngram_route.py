@@ -1,28 +1,27 @@
-"""SAM on vllm-ascend through ``method="ngram"``.
+"""Patch ``ascend_ngram_route``: SAM on vllm-ascend through ``method="ngram"`` (docs/patches.md).
 
 vllm-ascend (0.23 and main) never dispatches ``custom_class``, so SAM rides its n-gram route:
 
     speculative_config={"method": "ngram", "num_speculative_tokens": 3}
     additional_config={"sam_spec": {...}}     # presence of "sam_spec" selects SAM over n-gram
 
-``register()`` (from the plugin when vllm_ascend is installed) patches ``NPUModelRunner._get_drafter``
-as soon as ``vllm_ascend.worker.model_runner_v1`` is imported (``rollout.import_hooks``) to build a SAM
-subclass of vllm-ascend's n-gram proposer. Finished requests reach it through vLLM's runner patch
-(``rollout.vllm.runner_patch``), which NPUModelRunner inherits. The contract is checked against the
-released vllm-ascend source by tests/test_ascend_contract.py; not run on an NPU here. Details:
-docs/vllm-hooks.md.
+``apply()`` (``rollout.patches``, as soon as ``vllm_ascend.worker.model_runner_v1`` is imported) patches
+``NPUModelRunner._get_drafter`` to build a SAM subclass of vllm-ascend's n-gram proposer. Finished
+requests reach it through vLLM's runner patch (``runner_hooks``), which NPUModelRunner inherits. The
+contract is checked against the released vllm-ascend source by tests/test_ascend_contract.py; not run
+on an NPU here. Details: docs/vllm-hooks.md.
 """
 
 from __future__ import annotations
 
-from rollout.import_hooks import after_import
+from rollout.patches import replace
 
-# Only the import hook runs at plugin load (every vLLM process: it must stay cheap and import no
-# numba); the rest is imported when vllm-ascend's runner module is.
+# The patch registry imports this module only once vllm-ascend's runner module is imported; SAM's
+# drafter code (numba, through rollout.stepper) is imported by apply().
 
 RUNNER_MODULE = "vllm_ascend.worker.model_runner_v1"
 NGRAM_MODULE = "vllm_ascend.spec_decode.ngram_proposer"
-_MARK = "__sam_spec_patched__"
+NAME = "ascend_ngram_route"
 
 
 def sam_requested(vllm_config) -> bool:
@@ -93,34 +92,20 @@ def make_ngram_proposer_class(base):
 
 
 def apply() -> bool:
-    """Patch vllm-ascend's runner to build the SAM proposer for method="ngram" + sam_spec."""
+    """Patch vllm-ascend's runner to build the SAM proposer for method="ngram" + sam_spec; False if it
+    already does."""
     from vllm_ascend.spec_decode.ngram_proposer import AscendNgramProposer
     from vllm_ascend.worker import model_runner_v1 as mr
 
-    from rollout.ascend import rejection_patch
-    from rollout.vllm import runner_patch
-
-    cls = mr.NPUModelRunner
-    if cls.__dict__.get(_MARK):
-        return False
-    runner_patch.apply()  # finish events via GPUModelRunner (NPUModelRunner's super)
     sam_cls = make_ngram_proposer_class(AscendNgramProposer)
-    orig = cls._get_drafter
 
-    def _get_drafter(self):
-        # Runner construction follows NPUWorker's adapt_patch(), so this is the place to swap
-        # the Python-loop rejection-sampler fallbacks of old vllm-ascend (a no-op on newer ones).
-        rejection_patch.apply()
-        spec = self.speculative_config
-        if spec is not None and spec.method == "ngram" and sam_requested(self.vllm_config):
-            return sam_cls(self.vllm_config, self)
-        return orig(self)
+    def building_sam(original):
+        def _get_drafter(self):
+            spec = self.speculative_config
+            if spec is not None and spec.method == "ngram" and sam_requested(self.vllm_config):
+                return sam_cls(self.vllm_config, self)
+            return original(self)
 
-    cls._get_drafter = _get_drafter
-    setattr(cls, _MARK, True)
-    return True
+        return _get_drafter
 
-
-def register() -> None:
-    """Cheap and idempotent; safe in every process."""
-    after_import(RUNNER_MODULE, apply)
+    return replace(mr.NPUModelRunner, "_get_drafter", building_sam, NAME)

@@ -1,6 +1,7 @@
-"""What verl 0.9.1 needs besides a platform to train on the CPU: small named patches, applied by the verl
-plugin with ``VERL_PLATFORM=cpu`` (each idempotent), and the check that refuses settings that cannot
-work on a CPU before Ray starts. Causes and verl file references: docs/verl-cpu.md."""
+"""What verl 0.9.1 needs besides a platform to train on the CPU: small named patches (``verl_*`` in
+docs/patches.md), applied by the verl plugin with ``VERL_PLATFORM=cpu`` (``rollout.patches``; each
+idempotent), and the check that refuses settings that cannot work on a CPU before Ray starts. Causes and
+verl file references: docs/verl-cpu.md."""
 
 from __future__ import annotations
 
@@ -8,22 +9,14 @@ import datetime
 import os
 import sys
 
-from rollout.import_hooks import after_import
+from rollout.patches import is_patched, mark, replace
 
-_MARK = "__sam_cpu_patched__"
 WEIGHT_SYNC_TIMEOUT_ENV = "SAM_WEIGHT_SYNC_TIMEOUT_S"
-WEIGHT_SYNC_MODULE = "verl.workers.rollout.vllm_rollout.bucketed_weight_transfer"
+PLAIN_GLOO = "verl_plain_gloo"
 
 
 class CpuConfigError(ValueError):
     """A setting that cannot work on the CPU platform."""
-
-
-def apply() -> None:
-    select_fsdp_engine()
-    use_plain_gloo()
-    after_import("verl.utils.config", check_config_on_validate)
-    after_import(WEIGHT_SYNC_MODULE, bound_weight_sync_wait)  # imports zmq; trainer workers only
 
 
 def select_fsdp_engine() -> None:
@@ -44,7 +37,7 @@ def use_plain_gloo() -> None:
     """torch refuses verl's "cpu:gloo,cpu:gloo" (a duplicate device type): process groups use gloo."""
     import verl.utils.distributed as dist_utils
 
-    if getattr(dist_utils.initialize_global_process_group_ray, _MARK, False):
+    if is_patched(dist_utils.initialize_global_process_group_ray, PLAIN_GLOO):
         return
     orig_ray = dist_utils.initialize_global_process_group_ray
     orig_global = dist_utils.initialize_global_process_group
@@ -64,11 +57,15 @@ def use_plain_gloo() -> None:
         return int(os.environ["LOCAL_RANK"]), int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 
     replacements = {
-        "initialize_global_process_group_ray": (orig_ray, initialize_global_process_group_ray),
-        "initialize_global_process_group": (orig_global, initialize_global_process_group),
+        "initialize_global_process_group_ray": (
+            orig_ray,
+            mark(initialize_global_process_group_ray, orig_ray, PLAIN_GLOO),
+        ),
+        "initialize_global_process_group": (
+            orig_global,
+            mark(initialize_global_process_group, orig_global, PLAIN_GLOO),
+        ),
     }
-    for _, new in replacements.values():
-        setattr(new, _MARK, True)
     # the module itself, and every verl module that already did `from verl.utils.distributed import ...`
     for name, module in list(sys.modules.items()):
         if module is None or not (name == "verl" or name.startswith("verl.")):
@@ -84,37 +81,36 @@ def bound_weight_sync_wait() -> None:
     during a sync hangs the trainer for good: give the socket a timeout and fail with a clear message."""
     from verl.workers.rollout.vllm_rollout import bucketed_weight_transfer as transfer
 
-    sender = transfer.BucketedWeightSender
-    if getattr(sender._init_socket, _MARK, False):
-        return
-    original_init_socket = sender._init_socket
-    original_send = sender.async_send_weights
     timeout_s = float(os.environ.get(WEIGHT_SYNC_TIMEOUT_ENV, "600"))
 
-    def _init_socket(self):
-        import zmq
+    def with_timeouts(original_init_socket):
+        def _init_socket(self):
+            import zmq
 
-        original_init_socket(self)
-        for option in (zmq.RCVTIMEO, zmq.SNDTIMEO):
-            self.socket.setsockopt(option, int(timeout_s * 1000))
-        self.socket.setsockopt(zmq.LINGER, 0)
+            original_init_socket(self)
+            for option in (zmq.RCVTIMEO, zmq.SNDTIMEO):
+                self.socket.setsockopt(option, int(timeout_s * 1000))
+            self.socket.setsockopt(zmq.LINGER, 0)
 
-    async def async_send_weights(self, weights):
-        import zmq
+        return _init_socket
 
-        try:
-            return await original_send(self, weights)
-        except zmq.Again as e:
-            raise RuntimeError(
-                f"weight sync to the vLLM worker got no answer in {timeout_s:.0f} s on {self.zmq_handle}: the "
-                f"rollout worker probably died while loading the weights (see its log); {WEIGHT_SYNC_TIMEOUT_ENV} "
-                "sets the limit"
-            ) from e
+    def naming_the_cause(original_send):
+        async def async_send_weights(self, weights):
+            import zmq
 
-    for fn in (_init_socket, async_send_weights):
-        setattr(fn, _MARK, True)
-    sender._init_socket = _init_socket
-    sender.async_send_weights = async_send_weights
+            try:
+                return await original_send(self, weights)
+            except zmq.Again as e:
+                raise RuntimeError(
+                    f"weight sync to the vLLM worker got no answer in {timeout_s:.0f} s on {self.zmq_handle}: the "
+                    f"rollout worker probably died while loading the weights (see its log); "
+                    f"{WEIGHT_SYNC_TIMEOUT_ENV} sets the limit"
+                ) from e
+
+        return async_send_weights
+
+    replace(transfer.BucketedWeightSender, "_init_socket", with_timeouts, "verl_weight_sync_timeout")
+    replace(transfer.BucketedWeightSender, "async_send_weights", naming_the_cause, "verl_weight_sync_timeout")
 
 
 def check_cpu_config(config, ray_address: str | None = None) -> None:
@@ -146,13 +142,11 @@ def check_config_on_validate() -> None:
     """Run check_cpu_config inside verl's validate_config, which the trainer calls before ray.init."""
     import verl.utils.config as config_utils
 
-    if getattr(config_utils.validate_config, _MARK, False):
-        return
-    original = config_utils.validate_config
+    def checking_cpu_config(original):
+        def validate_config(config, *args, **kwargs):
+            check_cpu_config(config)
+            return original(config, *args, **kwargs)
 
-    def validate_config(config, *args, **kwargs):
-        check_cpu_config(config)
-        return original(config, *args, **kwargs)
+        return validate_config
 
-    setattr(validate_config, _MARK, True)
-    config_utils.validate_config = validate_config
+    replace(config_utils, "validate_config", checking_cpu_config, "verl_cpu_config_check")

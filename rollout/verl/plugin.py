@@ -4,17 +4,15 @@ verl imports every ``verl.plugins`` entry point in every process that imports ve
 errors (at debug level), so this module stays small and does only what the environment asks for:
 - it registers the "cpu" platform (``rollout.verl.cpu_platform``), which is used only with
   ``VERL_PLATFORM=cpu`` and is never auto-detected;
-- with ``VERL_PLATFORM=cpu`` it applies the CPU patches (``rollout.verl.cpu_patches``);
-- with ``SAM_WEIGHT_CHECKSUMS=1`` both ends of verl's weight sync log checksums
-  (``rollout.verl.weight_checksums``).
+- it applies the verl patches that fit this process (``rollout.patches``; docs/patches.md): with
+  ``VERL_PLATFORM=cpu`` the CPU patches (``rollout.verl.cpu_patches``), with
+  ``SAM_WEIGHT_CHECKSUMS=1`` the weight-sync checksums (``rollout.verl.weight_checksums``).
 """
 
 from __future__ import annotations
 
-from rollout.verl import cpu_patches, cpu_platform, weight_checksums
+from rollout.patches import apply_patches
+from rollout.verl import cpu_platform
 
 cpu_platform.register_platform()
-if cpu_platform.cpu_requested():
-    cpu_patches.apply()
-if weight_checksums.enabled():
-    weight_checksums.apply()
+apply_patches("verl")

@@ -1,14 +1,14 @@
-"""Draw the rejection sampler's recovery noise only for requests that have drafts (CPU platforms).
+"""Patch ``cpu_drafted_rows``: draw the rejection sampler's recovery noise only for requests that have
+drafts (CPU platforms; docs/patches.md).
 
 vLLM's ``sample_recovered_tokens`` fills exponential noise of shape [batch, vocab] in every step of an
-engine with speculation configured, drafts or not, and reads only the rows of requests with drafts. On
-a CPU that draw is real compute (measurements in docs/vllm-hooks.md), paid even where nothing is drafted.
+engine with speculation configured, drafts or not, and reads only the rows of requests with drafts. On a
+CPU that draw is real compute (measurements in docs/vllm-hooks.md), paid even where nothing is drafted.
 
-``install()`` (from the plugin, in every vLLM process on a CPU platform) wraps the function: it calls
-vLLM's own with the batch compacted to the requests that have drafts (their draft tokens are already
-contiguous), or returns at once when none has. Per-request generators are consumed exactly as before
-(vLLM draws from them only for requests with drafts); the global generator draws fewer numbers, which
-changes no distribution. ``SAM_CPU_DRAFTED_ROWS=0`` leaves vLLM as released.
+``install()`` wraps the function: it calls vLLM's own with the batch compacted to the requests that have
+drafts (their draft tokens are already contiguous), or returns at once when none has. Per-request
+generators are consumed exactly as before (vLLM draws from them only for requests with drafts); the
+global generator draws fewer numbers, which changes no distribution.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
-import os
 
-_MARK = "__sam_drafted_rows_only__"
-DISABLE_ENV = "SAM_CPU_DRAFTED_ROWS"
+from rollout.patches import replace
+
+NAME = "cpu_drafted_rows"
 
 
 def drafted_rows_only(original):
@@ -63,8 +63,6 @@ def drafted_rows_only(original):
             **kwargs,
         )
 
-    setattr(sample_recovered_tokens, _MARK, True)
-    sample_recovered_tokens.original = original
     return sample_recovered_tokens
 
 
@@ -77,11 +75,8 @@ def _with_generators(sampling_metadata, generators: dict):
 
 
 def install() -> bool:
-    """Wrap vLLM's ``sample_recovered_tokens`` in this process; idempotent. False if disabled by env."""
-    if os.environ.get(DISABLE_ENV) == "0":
-        return False
+    """Wrap vLLM's ``sample_recovered_tokens`` (looked up at call time) in this process; False if it
+    already was."""
     from vllm.v1.sample import rejection_sampler as rs
 
-    if not getattr(rs.sample_recovered_tokens, _MARK, False):
-        rs.sample_recovered_tokens = drafted_rows_only(rs.sample_recovered_tokens)  # looked up at call time
-    return True
+    return replace(rs, "sample_recovered_tokens", drafted_rows_only, NAME)

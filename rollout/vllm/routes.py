@@ -6,7 +6,8 @@
 Both read ``additional_config.sam_spec``. A config that asks for a route this vLLM lacks fails when the
 engine config is built (``EngineArgs.create_engine_config``), naming the version and what to use; on
 the ``sam`` route, a platform whose model runner never builds the speculator fails when the worker
-starts. Imports no SAM code (no numba): the plugin loads it in every vLLM process.
+starts (the patches ``route_check_engine_start`` and ``route_check_worker_start``, docs/patches.md).
+Imports no SAM code (no numba): the plugin loads it in every vLLM process.
 """
 
 from __future__ import annotations
@@ -17,16 +18,12 @@ import importlib.util
 from collections.abc import Mapping
 
 from rollout.engine_kwargs import SAM_PROPOSER
-from rollout.import_hooks import after_import
-from rollout.vllm import runner_patch
+from rollout.patches import CPU, GPU, NPU, replace
 
 SAM_METHOD = "sam"
 CUSTOM_CLASS = "custom_class"
 REGISTRY_MODULE = "vllm.v1.worker.gpu.spec_decode.speculator_config"  # register_speculative_method (>= 0.34)
 CUSTOM_CLASS_MODULE = "vllm.v1.spec_decode.custom_class_proposer"  # create_custom_proposer (0.23 to 0.32)
-ENGINE_ARGS_MODULE = "vllm.engine.arg_utils"
-WORKER_MODULE = "vllm.v1.worker.worker_base"
-_MARK = "__sam_spec_route_checked__"
 
 USE_SAM_METHOD = "speculative_config={'method': 'sam', 'num_speculative_tokens': k}"
 USE_CUSTOM_CLASS = (
@@ -80,24 +77,30 @@ def refusal(version: str, routes: frozenset[str], wanted: str | None) -> str | N
     )
 
 
+def platform_kind() -> str:
+    """This vLLM process's platform, as the patch registry names platforms."""
+    from vllm.platforms import current_platform
+
+    if current_platform.is_cpu():
+        return CPU
+    return NPU if getattr(current_platform, "device_type", None) == NPU else GPU
+
+
 def _vllm_version() -> str:
     import vllm
 
     return getattr(vllm, "__version__", "unknown")
 
 
-def guard_engine_start() -> None:
-    """Check the SAM route when vLLM builds an engine config (front end, every version)."""
-    after_import(ENGINE_ARGS_MODULE, _patch_engine_args)
-
-
-def _patch_engine_args() -> None:
+def check_route_at_engine_start() -> bool:
+    """Check the SAM route when vLLM builds an engine config (front end, every version); False if
+    ``EngineArgs.create_engine_config`` already does."""
     from vllm.engine.arg_utils import EngineArgs
 
-    original = EngineArgs.create_engine_config
-    if getattr(original, _MARK, False):
-        return
+    return replace(EngineArgs, "create_engine_config", _refusing_missing_route, "route_check_engine_start")
 
+
+def _refusing_missing_route(original):
     @functools.wraps(original)
     def create_engine_config(self, *args, **kwargs):
         message = refusal(_vllm_version(), available_routes(), requested_route(self.speculative_config))
@@ -105,8 +108,7 @@ def _patch_engine_args() -> None:
             raise ValueError(message)
         return original(self, *args, **kwargs)
 
-    setattr(create_engine_config, _MARK, True)
-    EngineArgs.create_engine_config = create_engine_config
+    return create_engine_config
 
 
 def refuse_bypassing_runner() -> None:
@@ -145,23 +147,18 @@ def check_runner_built_speculator(worker) -> None:
     )
 
 
-def guard_worker_start() -> None:
-    """Run ``check_runner_built_speculator`` right after each worker's ``init_device`` (vLLM >= 0.34)."""
-    after_import(WORKER_MODULE, _patch_worker_wrapper)
-
-
-def _patch_worker_wrapper() -> None:
+def check_runner_at_worker_start() -> bool:
+    """Run ``check_runner_built_speculator`` right after each worker's ``init_device`` (vLLM >= 0.34);
+    False if it already runs."""
     from vllm.v1.worker.worker_base import WorkerWrapperBase
 
-    original = WorkerWrapperBase.init_device
-    if getattr(original, _MARK, False):
-        return
+    return replace(WorkerWrapperBase, "init_device", _checking_runner, "route_check_worker_start")
 
+
+def _checking_runner(original):
     @functools.wraps(original)
     def init_device(self):
         original(self)
         check_runner_built_speculator(self.worker)
 
-    setattr(init_device, _MARK, True)
-    WorkerWrapperBase.init_device = init_device
-    runner_patch.install_worker_rpcs()  # the same RPCs as on the custom_class route
+    return init_device

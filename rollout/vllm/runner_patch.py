@@ -1,6 +1,6 @@
-"""Patches on vLLM's V1 model runner that give a SAM proposer request identity, finish events and
-a metrics RPC. Idempotent; applied by ``SamProposer.__init__`` (inside the runner being built) and by
-the plugin when the runner module is already imported.
+"""Patches on vLLM's V1 model runner that give a SAM proposer request identity and finish events
+(``runner_hooks``), and SAM's RPCs on vLLM's workers (``worker_rpcs``). Idempotent; applied by
+``rollout.patches.apply_patches`` (docs/patches.md).
 
 All on ``vllm.v1.worker.gpu_model_runner.GPUModelRunner`` (CPUModelRunner and vllm-ascend's
 NPUModelRunner inherit them):
@@ -25,17 +25,18 @@ from __future__ import annotations
 import functools
 import logging
 
-RUNNER_MODULE = "vllm.v1.worker.gpu_model_runner"
-_MARK = "__sam_spec_patched__"
+from rollout.patches import mark, replace
+
+RUNNER_HOOKS = "runner_hooks"
+WORKER_RPCS_PATCH = "worker_rpcs"
 
 logger = logging.getLogger(__name__)
 
 
-def apply() -> bool:
-    """Wrap the V1 model runner's hooks and add the metrics RPC. True if anything was patched now."""
+def patch_runner() -> bool:
+    """Wrap the V1 model runner's hooks. True if anything was patched now."""
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
-    install_worker_rpcs()
     return _patch_runner_class(GPUModelRunner)
 
 
@@ -45,7 +46,7 @@ def install_worker_rpcs() -> None:
 
     for name, rpc in WORKER_RPCS.items():
         if not hasattr(WorkerBase, name):
-            setattr(WorkerBase, name, rpc)
+            setattr(WorkerBase, name, mark(rpc, None, WORKER_RPCS_PATCH))
 
 
 def worker_sam_metrics(worker) -> dict | None:
@@ -117,15 +118,12 @@ def _holdings(store) -> dict:
 
 
 def _patch_runner_class(cls) -> bool:
-    if cls.__dict__.get(_MARK):
-        return False
-    cls.propose_draft_token_ids = _bind_step_around(cls.propose_draft_token_ids)
+    bound = replace(cls, "propose_draft_token_ids", _bind_step_around, RUNNER_HOOKS)
     if getattr(cls, "_on_request_state_removed", None) is not None:
-        cls._on_request_state_removed = _finish_after(cls._on_request_state_removed)
+        finished = replace(cls, "_on_request_state_removed", _finish_after, RUNNER_HOOKS)
     else:  # vLLM <= 0.23 has no finish hook: read finished ids from the scheduler output
-        cls._update_states = _finish_before_update(cls._update_states)
-    setattr(cls, _MARK, True)
-    return True
+        finished = replace(cls, "_update_states", _finish_before_update, RUNNER_HOOKS)
+    return bound or finished
 
 
 def _bind_step_around(orig_propose):

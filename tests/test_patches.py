@@ -1,0 +1,209 @@
+"""rollout.patches: the registry matches docs/patches.md, each switch turns its patch off, version ranges
+and platforms select as documented, and applying twice patches once (in a vLLM process: the plugin)."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+from conftest import require, require_module
+from vllm_cpu_kernels import run_with_cpu_kernels
+
+from rollout import patches
+from rollout.patches import ALL_PLATFORMS, BY_NAME, PATCHES, V1_RUNNER, decide, in_range, is_patched, replace
+
+REPO = Path(__file__).resolve().parents[1]
+DOC = REPO / "docs" / "patches.md"
+COLUMNS = ["patch", "target", "why", "versions", "platforms", "switch", "module"]
+
+
+def table_rows() -> dict[str, dict[str, str]]:
+    rows = {}
+    for line in DOC.read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+        if len(cells) == len(COLUMNS) and cells[0].startswith("`"):
+            row = dict(zip(COLUMNS, cells, strict=True))
+            rows[row["patch"].strip("`")] = row
+    return rows
+
+
+def documented_switch(patch: patches.Patch) -> str:
+    value = "1" if not patch.default_on else "0"
+    extra = (["opt-in"] if not patch.default_on else []) + [f"also `{a}`" for a in patch.aliases]
+    return f"`{patch.env}={value}`" + (f" ({'; '.join(extra)})" if extra else "")
+
+
+def documented_platforms(patch: patches.Patch) -> str:
+    return "all" if patch.platforms == ALL_PLATFORMS else ", ".join(sorted(patch.platforms))
+
+
+def test_every_patch_is_in_the_table_and_every_row_is_a_patch():
+    rows = table_rows()
+    assert list(rows) == [p.name for p in PATCHES]  # same patches, same order
+    for patch in PATCHES:
+        row = rows[patch.name]
+        assert row["target"] == f"`{patch.target}`", patch.name
+        assert row["versions"] == f"{patch.engine} {patch.versions}", patch.name
+        assert row["platforms"] == documented_platforms(patch), patch.name
+        assert row["switch"] == documented_switch(patch), patch.name
+        module = patch.install.partition(":")[0]
+        assert row["module"] == f"`{module.replace('.', '/')}.py`", patch.name
+        assert (REPO / module.replace(".", "/")).with_suffix(".py").is_file()
+        assert callable(patches.install_function(patch)), patch.name  # imports no engine at module level
+
+
+def github_anchor(heading: str) -> str:
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def test_the_tables_links_reach_a_heading():
+    for row in table_rows().values():
+        links = re.findall(r"\]\(([^)]+)\)", row["why"])
+        assert links, row["patch"]
+        for link in links:
+            path, _, anchor = link.partition("#")
+            text = (DOC.parent / path).read_text()
+            headings = {github_anchor(h) for h in re.findall(r"^#+ (.+)$", text, re.M)}
+            assert not anchor or anchor in headings, link
+
+
+def ask(platform: str):
+    asked = []
+
+    def here() -> str:
+        asked.append(platform)
+        return platform
+
+    return here, asked
+
+
+@pytest.mark.parametrize("patch", PATCHES, ids=lambda p: p.name)
+def test_each_switch_turns_its_patch_off(patch):
+    version = {">=0.34": "0.34.0"}.get(patch.versions, "0.9.1" if patch.engine == "verl" else "0.27.1+cpu")
+    platform, _ = ask(sorted(patch.platforms)[0])
+    environ = dict([patch.requires_env] if patch.requires_env else [])
+    if not patch.default_on:
+        environ[patch.env] = "1"
+    assert decide(patch, version, platform, environ).apply, patch.name
+    for name in (patch.env, *patch.aliases):  # the new name wins over an older one: set one at a time
+        off = decide(patch, version, platform, {k: v for k, v in environ.items() if k != patch.env} | {name: "0"})
+        assert not off.apply and off.reason == f"{name}=0", (patch.name, name)
+
+
+def test_an_opt_in_patch_needs_its_switch():
+    checksums = BY_NAME["weight_checksums"]
+    platform, _ = ask("gpu")
+    assert decide(checksums, "0.9.1", platform, {}).reason == "opt-in: SAM_PATCH_WEIGHT_CHECKSUMS=1"
+    assert decide(checksums, "0.9.1", platform, {"SAM_WEIGHT_CHECKSUMS": "1"}).apply  # the older name
+    assert decide(BY_NAME["cpu_sampler_fix"], "0.32.0", ask("cpu")[0], {"SAM_CPU_SAMPLER_FIX": "1"}).apply  # as unset
+
+
+@pytest.mark.parametrize(
+    ("version", "expected"),
+    [
+        ("0.23.0", True),
+        ("0.27.1+cpu", True),  # vllm-cpu's local version
+        ("0.32.0", True),
+        ("0.33.1.dev12+gabc", True),  # a dev build before 0.34
+        ("0.34.0rc1", False),  # a 0.34 candidate has no V1 runner either
+        ("0.34.0", False),
+        ("0.22.9", False),
+        ("unknown", False),
+        (None, False),
+    ],
+)
+def test_version_ranges(version, expected):
+    assert in_range(version, V1_RUNNER) is expected
+
+
+def test_version_and_platform_decide_with_reasons():
+    fix = BY_NAME["cpu_sampler_fix"]
+    platform, asked = ask("cpu")
+    assert decide(fix, "0.34.0", platform, {}).reason == "vllm 0.34.0 not in >=0.23,<0.34"
+    assert decide(fix, None, platform, {}).reason == "vllm not installed"
+    assert asked == []  # the platform is asked only when the version fits (vLLM 0.34 never resolves it here)
+    assert decide(fix, "0.32.0", platform, {}).apply and asked == ["cpu"]
+    assert decide(fix, "0.32.0", ask("gpu")[0], {}).reason == "platform gpu"
+    assert decide(BY_NAME["undrafted_steps"], "0.32.0", ask("npu")[0], {}).apply  # every platform
+    assert decide(BY_NAME["route_check_worker_start"], "0.32.0", platform, {}).reason == "vllm 0.32.0 not in >=0.34"
+    weights = BY_NAME["cpu_keep_linear_weights"]
+    assert decide(weights, "0.27.1+cpu", platform, {}).reason == "needs VERL_PLATFORM=cpu"
+    assert decide(weights, "0.27.1+cpu", platform, {"VERL_PLATFORM": "CPU"}).apply
+    assert decide(BY_NAME["ascend_ngram_route"], "0.13.0rc1", ask("npu")[0], {}).reason == (
+        "vllm_ascend 0.13.0rc1 not in >=0.23"
+    )
+
+
+def test_replace_marks_and_patches_once():
+    class Owner:
+        def method(self):
+            return "vLLM's"
+
+    def wrapping(original):
+        def method(self):
+            return "wrapped " + original(self)
+
+        return method
+
+    assert replace(Owner, "method", wrapping, "first")
+    assert not replace(Owner, "method", wrapping, "first")
+    assert replace(Owner, "method", wrapping, "second")  # another patch on the same target chains
+    assert Owner().method() == "wrapped wrapped vLLM's"
+    assert is_patched(Owner.method, "first") and is_patched(Owner.method, "second")
+    assert not is_patched(Owner.method.original, "second") and is_patched(Owner.method.original, "first")
+
+
+PLUGIN_TWICE = """
+import importlib, json
+from rollout import patches, plugin
+plugin.register(); plugin.register()
+
+def resolve(dotted):
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for name in parts[cut:]:
+            obj = getattr(obj, name, None)
+        return obj
+
+out = {}
+for d in patches.decisions("vllm"):
+    target = resolve(d.patch.target)  # importing its module runs the patches that wait for it
+    out[d.patch.name] = [d.apply, patches.is_patched(target, d.patch.name),
+                         patches.is_patched(getattr(target, "original", None), d.patch.name)]
+print("RESULT", json.dumps(out))
+"""
+
+
+def plugin_twice(env: dict) -> dict:
+    """The plugin's decisions in a fresh process with vLLM's CPU kernels bound, as in a worker."""
+    return run_with_cpu_kernels(PLUGIN_TWICE, env={**os.environ, **env})
+
+
+def test_the_plugin_applies_each_patch_once_and_the_switches_turn_them_off():
+    require_module("vllm")
+    import vllm
+    from vllm.platforms import current_platform
+
+    require(current_platform.is_cpu(), "needs vLLM's CPU platform (vllm-cpu)")
+
+    on = plugin_twice({"VERL_PLATFORM": "cpu"})
+    expected = {"route_check_engine_start", "worker_rpcs", "runner_hooks", "undrafted_steps"}
+    if in_range(vllm.__version__, ">=0.34"):
+        expected = {"route_check_engine_start", "route_check_worker_start", "worker_rpcs", "cpu_keep_linear_weights"}
+    else:
+        expected |= {"cpu_sampler_fix", "cpu_drafted_rows", "cpu_keep_linear_weights"}  # vllm-cpu here
+    assert {name for name, (applied, _, _) in on.items() if applied} == expected
+    assert all(marked and not twice for applied, marked, twice in on.values() if applied), on
+    older = {"SAM_CPU_SAMPLER_FIX": "0", "SAM_UNDRAFTED_STEPS": "0", "SAM_CPU_DRAFTED_ROWS": "0"}
+    newer = {"SAM_PATCH_RUNNER_HOOKS": "0", "SAM_PATCH_WORKER_RPCS": "0"}
+    off = plugin_twice({"VERL_PLATFORM": "cpu", **older, **newer})
+    switched_off = {"cpu_sampler_fix", "undrafted_steps", "cpu_drafted_rows", "runner_hooks", "worker_rpcs"}
+    assert {name for name, (applied, _, _) in off.items() if applied} == expected - switched_off
+    assert not any(off[name][1] for name in switched_off)  # left as released
