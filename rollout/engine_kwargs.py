@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-SETTINGS_KEY = "sam_spec"  # additional_config[SETTINGS_KEY]: every SAM setting but k
+SETTINGS_KEY = "sam_spec"  # additional_config[SETTINGS_KEY]: every SAM setting but k (rollout.settings)
 SAM_PROPOSER = "rollout.proposer.SamProposer"  # speculative_config.model for vLLM's custom_class
 
 
 def sam_engine_kwargs(k: int, **sam_spec: Any) -> dict:
-    """vLLM engine arguments that turn SAM on, k draft tokens: ``LLM(model, **sam_engine_kwargs(3, threshold=8))``."""
+    """vLLM engine arguments that turn SAM on, k draft tokens: ``LLM(model, **sam_engine_kwargs(3, switch=8))``."""
     return {
         "speculative_config": {"method": "custom_class", "model": SAM_PROPOSER, "num_speculative_tokens": k},
         "additional_config": {SETTINGS_KEY: dict(sam_spec)},
