@@ -7,7 +7,12 @@ roll out with SAM drafting, and our router keeps each prompt's group on one engi
 one step and saves a checkpoint (with each replica's prompt store); the second resumes from it, so
 its engines start empty and load their stores, and trains a second step on the same four prompts. After
 each step the actor's new weights reach the vLLM workers (both ends log checksums), and the step's
-metrics in verl's file log hold the reward, the rollout time, SAM's acceptance and the routing.
+metrics in verl's file log hold the reward, the rollout time, SAM's acceptance and the routing; so does
+the job's wandb run (WANDB_MODE=offline: no account, no network), read back from its run file.
+
+Each job's console (what `ray job logs` shows: Ray's few lines around the launcher's) is the full
+log's path, a header, a line per step and the end, at most MAX_CONSOLE_LINES lines in all; the rest of
+the job's output (verl's, Ray workers', vLLM's) is in the full log, which the assertions on log lines read.
 """
 
 import json
@@ -20,6 +25,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import wandb_offline
 from verl_step import REPO, verl_step_only
 
 verl_step_only()
@@ -28,6 +34,9 @@ from rollout.verl.weight_checksums import WATCHED, parse  # noqa: E402
 
 JOB_TIMEOUT_S = 1800
 PROMPTS = 4  # the training set: every step visits every prompt, so the resumed step is all revisits
+MAX_CONSOLE_LINES = 40  # per job (one training step each)
+FULL_LOG = re.compile(r"^full log: (\S+)$", re.M)
+WANDB_OFFLINE = {"WANDB_MODE": "offline", "WANDB_SILENT": "true"}
 
 
 def free_port() -> int:
@@ -63,7 +72,8 @@ def ray_head(tmp_path_factory):
 
 
 def run_job(ray, address, env, *overrides):
-    """Submit the SAM arm with two replicas as a Ray job and follow it; (log, status, step records)."""
+    """Submit the SAM arm with two replicas as a Ray job and follow it; (full log, status, step records,
+    console, wandb history)."""
     submit = subprocess.run(
         ["bash", "scripts/submit_ray_job.sh", "scripts/run_dapo_smollm2_cpu_sam.sh", "--replicas", "2", *overrides],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=900,
@@ -76,7 +86,11 @@ def run_job(ray, address, env, *overrides):
                             text=True, timeout=120)  # fmt: skip
     metrics = Path(env["VERL_FILE_LOGGER_PATH"])
     records = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.is_file() else []
-    return logs.stdout + logs.stderr, status.stdout + status.stderr, records
+    console = logs.stdout + logs.stderr
+    full_log = FULL_LOG.search(console)
+    log = Path(full_log.group(1)).read_text() if full_log else console
+    runs = wandb_offline.run_files(env["WANDB_DIR"])
+    return log, status.stdout + status.stderr, records, console, wandb_offline.history(runs[-1]) if runs else {}
 
 
 @pytest.fixture(scope="module")
@@ -88,27 +102,59 @@ def trained(ray_head, tmp_path_factory):
     subprocess.run([sys.executable, "scripts/prepare_dapo_data.py", "--out", str(data), "--arithmetic-only",
                     "--limit", str(PROMPTS)], cwd=REPO, check=True, capture_output=True)  # fmt: skip
     env = dict(env, RAY_ADDRESS=address, SAM_WEIGHT_CHECKSUMS="1", DATA_DIR=str(data))
-    common = [f"trainer.default_local_dir={out / 'checkpoints'}", "trainer.save_freq=1", "trainer.total_epochs=10"]
+    common = [f"trainer.default_local_dir={out / 'checkpoints'}", "trainer.save_freq=1", "trainer.total_epochs=10",
+              "trainer.logger=[console,file,wandb]"]  # fmt: skip
     jobs = []
     for steps, resume in ((1, "disable"), (2, "auto")):
-        job_env = dict(env, VERL_FILE_LOGGER_PATH=str(out / f"metrics_{steps}.jsonl"))
+        job_env = dict(env, VERL_FILE_LOGGER_PATH=str(out / f"metrics_{steps}.jsonl"),
+                       WANDB_DIR=str(out / f"wandb_{steps}"), **WANDB_OFFLINE)  # fmt: skip
+        os.makedirs(job_env["WANDB_DIR"])
         jobs.append(run_job(ray, address, job_env, *common, f"trainer.total_training_steps={steps}",
                             f"trainer.resume_mode={resume}"))  # fmt: skip
         (out / f"job_{steps}.log").write_text(jobs[-1][0])
+        (out / f"job_{steps}.console").write_text(jobs[-1][3])
     return jobs, out
 
 
 def test_both_jobs_ran_their_step_to_the_end(trained):
     (first, second), _ = trained
-    for (log, status, records), step in ((first, 1), (second, 2)):
-        assert "succeeded" in status, status + log[-5000:]
+    for (log, status, records, console, _), step in ((first, 1), (second, 2)):
+        assert "succeeded" in status, status + console + log[-5000:]
         assert [r["step"] for r in records] == [step], log[-5000:]
-        assert f"[sam] step {step}: reward" in log  # the per-step summary on the console
+        assert f"[sam] step {step}: reward" in log  # our tracking's summary in the trainer's output
+        # the transfer queue asks torch for no more threads than the cores (rollout.verl.hook), so it
+        # does not warn at every put and get
+        assert "target_num_threads" not in log
+
+
+def test_each_jobs_console_is_a_few_lines_and_names_the_full_log(trained):
+    """The console of a job (one step), Ray's lines on the job included: after Ray's line naming the
+    entrypoint, the log's path, a header, the step's line and the end."""
+    (first, second), _ = trained
+    for (_, _, _, console, _), step in ((first, 1), (second, 2)):
+        lines = console.splitlines()
+        assert len(lines) <= MAX_CONSOLE_LINES, console
+        entrypoint = next(i for i, line in enumerate(lines) if line.startswith("Running entrypoint for job"))
+        assert lines[entrypoint + 1].startswith("full log: "), console
+        assert re.search(rf"^\[sam\] step {step}/{step} .*: reward .*SAM acceptance", console, re.M), console
+        assert re.search(rf"^\[sam\] done in .*: step {step}/{step}$", console, re.M), console
+
+
+def test_the_wandb_run_holds_the_sam_metrics_of_each_step(trained):
+    """wandb in offline mode got what verl's file logger got: the step's rollout/sam_* metrics."""
+    (first, second), _ = trained
+    for (_, _, records, _, logged), step in ((first, 1), (second, 2)):
+        assert step in logged, sorted(logged)
+        sam = {k: v for k, v in logged[step].items() if k.startswith("rollout/sam_")}
+        assert sam["rollout/sam_acceptance_length"] > 1.0 and sam["rollout/sam_draft_tokens"] > 0
+        assert sam["rollout/sam_engines"] == 2
+        (file_logged,) = [r["data"] for r in records]
+        assert sam == pytest.approx({k: file_logged[k] for k in sam})
 
 
 def test_the_step_logged_reward_rollout_time_acceptance_and_routing(trained):
     (first, second), _ = trained
-    for _, _, records in (first, second):
+    for _, _, records, _, _ in (first, second):
         (step,) = [r["data"] for r in records]
         assert -1.0 <= step["critic/score/mean"] <= 1.0 and "critic/rewards/mean" in step
         assert step["timing_s/gen"] > 0 and step["timing_s/update_actor"] > 0
@@ -143,7 +189,7 @@ def test_the_resumed_engines_drafted_from_the_saved_prompt_stores(trained):
 
 def test_the_new_weights_reached_both_rollout_engines(trained):
     (first, second), _ = trained
-    for log, _, _ in (first, second):
+    for log, *_ in (first, second):
         syncs = parse(log)
         senders = [fields for side, fields in syncs if side == "sender"]
         receivers = [fields for side, fields in syncs if side == "receiver"]
