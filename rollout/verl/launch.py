@@ -225,9 +225,10 @@ def console_header(recipe: str, config_name: str, cfg) -> list[str]:
     sam = cfg.get("sam") or {}
     arm = "SAM on" if sam.get("enable") else "SAM off (baseline)"
     steps = cfg.trainer.total_training_steps
+    steps = "all training steps" if not steps else f"{steps} training step{'s' if steps != 1 else ''}"
     return [
         f"[sam] recipe {recipe} ({config_name}): {arm}, {replicas} rollout replica{'s' if replicas != 1 else ''}, "
-        f"{steps if steps else 'all'} training steps, loggers {', '.join(cfg.trainer.logger)}",
+        f"{steps}, loggers {', '.join(cfg.trainer.logger)}",
         "[sam] verl, Ray and vLLM write to the full log; --verbose or SAM_CONSOLE=full shows them here",
     ]
 
