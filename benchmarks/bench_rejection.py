@@ -14,7 +14,7 @@ float32 and point-mass drafts (the model-free drafter's case), it times:
   default: the copy the contract test caches), its three loop helpers
   (``expand_pytorch``, ``sample_recovered_tokens_pytorch``,
   ``rejection_random_sample_pytorch``) against our drop-in replacements from
-  ``rollout.ascend.rejection_patch``, starting from the same target probabilities.
+  ``benchmarks.ascend_rejection_helpers``, starting from the same target probabilities.
 
 Targets put extra logit mass on the drafts so that most are accepted
 (the regime speculative decoding runs in). Times are the best of a few runs, in ms.
@@ -44,7 +44,7 @@ from pathlib import Path
 
 import torch
 
-from rollout.ascend import rejection_patch as patch
+from benchmarks.ascend_rejection_helpers import REPLACEMENTS
 from sam.rejection import CPU_TILE_BYTES, rejection_sample
 from sam.rejection_reference import rejection_sample_reference
 
@@ -197,8 +197,8 @@ def bench_shape(batch_size: int, num_drafts: int, ascend_helpers: dict | None, b
 
     if ascend_helpers is not None:
         target_probs = batch["target_logits"].softmax(dim=-1)
-        ours = dict(zip(ASCEND_HELPERS, patch.REPLACEMENTS.values()))
-        assert list(patch.REPLACEMENTS) == list(ASCEND_HELPERS)
+        ours = dict(zip(ASCEND_HELPERS, REPLACEMENTS.values()))
+        assert list(REPLACEMENTS) == list(ASCEND_HELPERS)
         assert torch.equal(
             run_ascend_helpers(ours, batch, randoms, target_probs),
             run_ascend_helpers(ascend_helpers, batch, randoms, target_probs),

@@ -3,7 +3,8 @@
 Engine-free core: ``settings`` (``additional_config.sam_spec``, validated once), ``stepper`` (one
 drafting step over an engine's batch), ``metrics`` (the proposer's counters and per-step deltas).
 Engines: ``vllm/`` (custom_class proposer, runner patch, CPU sampler guard), ``ascend/`` (vllm-ascend's
-n-gram route, rejection-sampler patch), ``verl/`` (replica and server, metrics hook, recipe launcher).
-``plugin`` is the one place that wires the engine rooms into a vLLM process; ``proposer`` keeps the
+n-gram route), ``verl/`` (replica and server, metrics hook, recipe launcher). ``patches`` lists every
+patch on vLLM, vllm-ascend and verl and applies them (docs/patches.md); ``plugin`` is the one place
+that wires the engine rooms into a vLLM process; ``proposer`` keeps the
 public path ``rollout.proposer.SamProposer`` that users put in their configs.
 """

@@ -8,8 +8,8 @@
 as ``SamProposer(vllm_config)`` inside the model runner and calls ``propose`` once per step, after
 the runner's bookkeeping. The custom_class contract passes no request ids, so the runner patch
 (``rollout.vllm.runner_patch``) binds each step's input batch and scheduler output to the proposer
-and forwards finished requests. The proposer applies that patch itself, so it works with or without
-the ``vllm.general_plugins`` entry point.
+and forwards finished requests. The proposer applies the vLLM patches itself (``rollout.patches``), so
+it works with or without the ``vllm.general_plugins`` entry point.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from dataclasses import asdict
 from vllm.logger import init_logger
 
 from rollout.metrics import SamMetrics
+from rollout.patches import apply_patches
 from rollout.settings import SamSettings
 from rollout.stepper import SamStepper, compile_kernels
-from rollout.vllm import runner_patch, undrafted_steps
 
 # under "vllm." so that vLLM's configured handler prints it in engine processes
 logger = init_logger(f"vllm.{__name__}")
@@ -37,8 +37,7 @@ class SamProposer:
         self.stepper = SamStepper(self.settings, vllm_config.model_config.max_model_len, log=logger)
         self._input_batch = None
         self._scheduler_output = None
-        runner_patch.apply()
-        undrafted_steps.install()  # also without the plugin installed (verl workers on PYTHONPATH)
+        apply_patches("vllm")  # also without the plugin installed (verl workers on PYTHONPATH)
         seconds = compile_kernels(self.settings)  # before serving: not inside the first rollout's steps
         logger.info("SAM proposer: %s; kernels ready in %.1f s", asdict(self.settings), seconds)
 
