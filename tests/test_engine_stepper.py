@@ -219,13 +219,14 @@ def test_bad_settings_name_the_setting(raw, field):
 
 def test_settings_defaults_and_null_threshold():
     s = SamSettings.from_mapping(3, None)
-    assert (s.k, s.threshold, s.min_match, s.length_policy, s.group_aware) == (3, 8, 1, "fixed", True)
-    assert SamSettings.from_mapping(5, {"threshold": None}).threshold is None
+    assert (s.draft.k, s.switch, s.draft.min_match, s.draft.length_policy) == (3, 8, 1, "fixed")
+    assert s.draft.group_aware is True
+    assert SamSettings.from_mapping(5, {"threshold": None}).switch is None
     with pytest.raises(ValueError, match="num_speculative_tokens"):
         SamSettings.from_mapping(0, {})
-    draft = s.draft_config()
+    draft = s.draft
     assert (draft.continuation, draft.prompt_store) == ("adaptive", False)  # the store is opt-in
-    stored = SamSettings.from_mapping(3, {"prompt_store": True, "prompt_store_bytes": 1 << 20}).draft_config()
+    stored = SamSettings.from_mapping(3, {"prompt_store": True, "prompt_store_bytes": 1 << 20}).draft
     assert (stored.prompt_store, stored.prompt_store_bytes) == (True, 1 << 20)
 
 
@@ -476,11 +477,11 @@ def test_compile_kernels_leaves_nothing_to_compile_in_an_engine_session(raw):
 
 
 def test_auto_schedule_setting():
-    assert SamSettings.from_mapping(3, {"schedule": "auto"}).schedule == "auto"
-    assert SamSettings.from_mapping(3, {"schedule": "auto", "threshold": None}).schedule == "auto"
+    assert SamSettings.from_mapping(3, {"schedule": "auto"}).switch == "auto"
+    assert SamSettings.from_mapping(3, {"schedule": "auto", "threshold": None}).switch == "auto"
     with pytest.raises(ValueError, match='schedule must be "auto" or a list'):
         SamSettings.from_mapping(3, {"schedule": "fast"})
-    with pytest.raises(ValueError, match="either threshold or schedule"):
+    with pytest.raises(ValueError, match="threshold=8 and schedule='auto' both set when to speculate"):
         SamSettings.from_mapping(3, {"schedule": "auto", "threshold": 8})
 
 

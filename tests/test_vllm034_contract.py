@@ -266,15 +266,16 @@ def test_a_runner_without_the_speculator_is_refused():
 def test_schedule_as_vllms_batch_size_table():
     from rollout.settings import SamSettings
 
-    assert batch_size_table(SamSettings(k=3, threshold=8), 256) == [[1, 8, 3], [9, 256, 0]]
-    assert batch_size_table(SamSettings(k=4, threshold=None, schedule=[[2, 4], [16, 1]]), 64) == [
+    assert batch_size_table(SamSettings.from_mapping(3, {"switch": 8}), 256) == [[1, 8, 3], [9, 256, 0]]
+    assert batch_size_table(SamSettings.from_mapping(4, {"switch": [[2, 4], [16, 1]]}), 64) == [
         [1, 2, 4],
         [3, 16, 1],
         [17, 64, 0],
     ]
-    assert batch_size_table(SamSettings(k=3, threshold=None), 32) == [[1, 32, 3]]
-    with pytest.raises(ValueError, match='schedule="auto" is not supported with speculative method "sam"'):
-        check_settings_for_fixed_width(SamSettings(k=3, threshold=None, schedule="auto"))
+    assert batch_size_table(SamSettings.from_mapping(3, {"switch": None}), 32) == [[1, 32, 3]]
+    assert batch_size_table(SamSettings.from_mapping(3, {"switch": 0}), 32) == [[1, 32, 0]]
+    with pytest.raises(ValueError, match='switch="auto" is not supported with speculative method "sam"'):
+        check_settings_for_fixed_width(SamSettings.from_mapping(3, {"switch": "auto"}))
 
 
 # -- the two routes on the same token streams ---------------------------------------------------------------

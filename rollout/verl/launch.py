@@ -39,6 +39,7 @@ from rollout.verl.recipe_config import (
     REPO,
     TRAINERS,
     RecipeError,
+    current_overrides,
     load_recipe,
     recipe_dir,
     router_config_file,
@@ -161,7 +162,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--launcher", choices=("local", "ray-job"), default="local")
     p.add_argument("--dry-run", action="store_true", help="print the command and resolved config; launch nothing")
     p.add_argument("--verbose", action="store_true", help="everything on the console, no log file (SAM_CONSOLE=full)")
-    p.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. sam.threshold=4")
+    p.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. sam.spec.switch=4")
     return p.parse_args(argv)
 
 
@@ -171,14 +172,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     logged = args.launcher == "local" and not args.dry_run and not full_console(args.verbose)
     checks_output = io.StringIO()  # what composing and checking prints goes to the log, ahead of the trainer's
     try:
+        overrides, notes = current_overrides(args.overrides)  # SAM's old keys in their current form
+        for note in notes:
+            print(f"note: {note}", file=sys.stderr)
         with captured(checks_output, logged):
-            cfg = load_recipe(args.recipe, config_name, args.overrides, args.trainer)
+            cfg = load_recipe(args.recipe, config_name, overrides, args.trainer)
         env = runtime_env(cfg)
         if args.launcher == "ray-job":
             submission_id = f"sam-{args.recipe}-{time.strftime('%Y%m%d-%H%M%S')}"
             cmd = ray_job_command(launcher_in_job(args), env, submission_id)
         else:
-            overrides = [*args.overrides, *absolute_path_overrides(cfg)]
+            overrides = [*overrides, *absolute_path_overrides(cfg)]
             if os.environ.get("RAY_ADDRESS"):
                 overrides += joining_cluster_overrides(cfg)
             cmd = training_command(args.recipe, config_name, overrides, args.trainer)

@@ -45,7 +45,7 @@ def test_engine_arguments_of_the_published_recipes(recipe, name, threshold, k, s
         "model": "rollout.proposer.SamProposer",
         "num_speculative_tokens": k,
     }
-    assert args.additional_config["sam_spec"]["threshold"] == threshold
+    assert args.additional_config["sam_spec"]["switch"] == threshold
     assert (args.max_num_seqs, args.tensor_parallel_size, args.enforce_eager) == (seqs, tp, True)
     assert args.seed == 2 + 1  # verl: replica_rank + rollout.seed (ab.seed)
     assert args.disable_log_stats is False
@@ -78,7 +78,7 @@ def test_npu_takes_the_vllm_ascend_ngram_route(monkeypatch):
     monkeypatch.setattr(replica, "get_device_name", lambda: "npu")
     args = server_args(rollout_config("dapo_qwen3_235b", "dapo_qwen3_235b"))
     assert args.speculative_config == {"method": "ngram", "num_speculative_tokens": 3}
-    assert args.additional_config["sam_spec"]["threshold"] == 8  # rollout/ascend/ngram_route.py routes ngram to SAM
+    assert args.additional_config["sam_spec"]["switch"] == 8  # rollout/ascend/ngram_route.py routes ngram to SAM
 
 
 def test_bad_setting_fails_before_the_engine_starts():
