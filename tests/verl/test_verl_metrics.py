@@ -4,7 +4,9 @@ evals/ab_compare.py) and by wandb in offline mode (read back from the run file);
 setup hook installing all of it in a Ray worker."""
 
 import json
+import os
 
+import psutil
 import pytest
 import wandb_offline
 from verl_step import REPO, verl_step_only
@@ -103,14 +105,19 @@ def hook_effects_in_a_ray_worker():
     from verl.workers.rollout.replica import RolloutReplicaRegistry
 
     loader = RolloutReplicaRegistry._registry["vllm"]
-    return loader.__module__, loader.__name__, getattr(Tracking.log, "__sam_spec_wrapped__", False)
+    wrapped = getattr(Tracking.log, "__sam_spec_wrapped__", False)
+    return loader.__module__, loader.__name__, wrapped, os.environ.get("TQ_NUM_THREADS")
 
 
 def test_ray_worker_setup_hook_installs_the_replica_and_metrics(ray_local):
+    cores = psutil.cpu_count(logical=False)
+    # the transfer queue's threads: the host's cores where it has fewer than the default 8 (unset: 8)
+    transfer_queue_threads = str(cores) if cores < 8 else None
     assert ray.get(hook_effects_in_a_ray_worker.remote(), timeout=WORKER_START_S) == (
         "rollout.verl.hook",
         "_load_sam_replica",
         True,
+        transfer_queue_threads,
     )
 
 
