@@ -102,7 +102,7 @@ class PromptStore:
         """Keep a finished response (copied) as the newest of its prompt; evict to stay in budget."""
         if response.size == 0:
             return
-        self._add(prompt_key(prompt), np.array(response[: self.tokens_per_prompt], dtype=np.int32))
+        self._add(prompt_key(prompt), [np.array(response[: self.tokens_per_prompt], dtype=np.int32)])
 
     def items(self) -> Iterator[tuple[bytes, list[np.ndarray]]]:
         """(key, responses oldest first) per prompt, least recently updated prompt first."""
@@ -205,8 +205,8 @@ class PromptStore:
                 responses = [
                     _read_tokens(member, int(n)) for n in lengths[response_offsets[i] : response_offsets[i + 1]]
                 ]
-                for response in self._within_cap(responses):
-                    self._add(key.tobytes(), response)
+                # a prompt at a time: the budget then evicts whole prompts, as brute force over the file would
+                self._add(key.tobytes(), self._within_cap(responses))
             if member.read(1):  # also makes zipfile check the member's CRC, if it has not yet
                 raise PromptStoreFileError("tokens.npy holds more tokens than token_offsets says")
         self._stats = PromptStoreStats(  # what the file held but the budget and cap leave out
@@ -232,19 +232,22 @@ class PromptStore:
             tokens += response.size
         return kept[::-1]
 
-    def _add(self, key: bytes, response: np.ndarray) -> None:
-        """Keep `response` (an int32 array the store now owns, 1 to tokens_per_prompt tokens) as the
-        newest of the prompt with this key; evict to stay in budget."""
+    def _add(self, key: bytes, responses: list[np.ndarray]) -> None:
+        """Keep `responses` (int32 arrays the store now owns, 1 to tokens_per_prompt tokens each, oldest
+        first) as the newest of the prompt with this key; evict to stay in budget."""
+        if not responses:
+            return
         entry = self._entries.pop(key, None)
         if entry is None:
             entry = _Entry()
             self._stats.prompts += 1
             self._stats.nbytes += len(key) + ENTRY_OVERHEAD_BYTES
         self._entries[key] = entry  # the most recently updated prompt goes last
-        entry.responses.append(response)
-        entry.tokens += response.size
-        self._account(1, response.size)
-        self._stats.added_responses += 1
+        for response in responses:
+            entry.responses.append(response)
+            entry.tokens += response.size
+            self._account(1, response.size)
+            self._stats.added_responses += 1
         while entry.tokens > self.tokens_per_prompt:
             old = entry.responses.pop(0)
             entry.tokens -= old.size

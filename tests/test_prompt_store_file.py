@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from rollout.metrics import SamStepTracker
@@ -75,6 +75,7 @@ def fitted(store, budget, cap):
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(visits=visits_strategy, cap=st.integers(1, 60), budget=st.integers(1, 4000))
+@example(visits=[(0, 1, 0)] * 3, cap=3, budget=540)  # one prompt over the budget: it goes whole
 def test_smaller_budget_or_cap_keeps_what_brute_force_says(tmp_path, visits, cap, budget):
     store = filled_store(visits, cap=60)
     path = str(tmp_path / "store.npz")
