@@ -11,7 +11,6 @@ learns acceptance whether or not it drafts.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 from collections.abc import Sequence
@@ -23,6 +22,7 @@ from rollout.metrics import SamMetrics
 from rollout.settings import AUTO, SamSettings
 from sam import BatchDrafter
 from sam.auto_switch import AutoSwitch
+from sam.prompt_store import prompt_key
 from sam.switch import ScheduleSwitch
 
 NBYTES_EVERY = 64  # calls between two readings of the drafter's bytes (a sum over its automata)
@@ -30,12 +30,6 @@ NBYTES_EVERY = 64  # calls between two readings of the drafter's bytes (a sum ov
 # first use: seconds on a fresh machine) is not an engine step: the switch does not time it
 OWN_TIME_SHARE = 0.5
 COMPILE_STEPS = 32  # compile_kernels' session: several scoring rounds, plain, probing and drafted steps
-
-
-def prompt_group_key(prompt: np.ndarray) -> tuple[int, bytes]:
-    """GRPO siblings share the prompt token ids; hash them to a group key."""
-    p = np.ascontiguousarray(prompt, dtype=np.int64)
-    return (int(p.shape[0]), hashlib.blake2b(p.tobytes(), digest_size=16).digest())
 
 
 def compile_kernels(settings: SamSettings) -> float:
@@ -200,7 +194,8 @@ class SamStepper:
 
     def _start(self, req_id, prompt: np.ndarray) -> bool:
         """Start a request; returns whether it drafts from the prompt store's responses too."""
-        group = prompt_group_key(prompt) if self.settings.draft.group_aware else None
+        # the prompt's key groups GRPO siblings, as it names the prompt in the store and the router
+        group = prompt_key(prompt) if self.settings.draft.group_aware else None
         return self.drafter.start(req_id, prompt, group=group)
 
     def _observe_last_step(self, req_ids, sampled_token_ids, lengths) -> None:

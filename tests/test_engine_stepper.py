@@ -17,8 +17,9 @@ import pytest
 
 from rollout.metrics import SamStepTracker
 from rollout.settings import SETTINGS_KEY, SamSettings
-from rollout.stepper import SamStepper, prompt_group_key
+from rollout.stepper import SamStepper
 from sam.auto_switch import JUMP_KEEP
+from sam.prompt_store import prompt_key
 
 W = 64  # row width (max_model_len)
 ROOT = Path(__file__).resolve().parents[1]
@@ -148,7 +149,7 @@ def test_siblings_share_a_group_by_prompt():
     b.append(1, [30])
     out = step(st, b, [[34], [30]])
     assert out[1] == [31, 32, 33]  # drafted from its sibling's text
-    assert prompt_group_key(np.array(prompt)) == prompt_group_key(np.array(prompt, dtype=np.int32))
+    assert prompt_key(np.array(prompt)) == prompt_key(np.array(prompt, dtype=np.int32))  # any int dtype
 
     st = SamStepper(settings(threshold=None, group_aware=False), max_model_len=W)
     assert step(st, b, [[34], [30]])[1] == []
