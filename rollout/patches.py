@@ -17,6 +17,7 @@ Engine-free: imports no vLLM or verl until a patch applies.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.metadata
 import logging
@@ -286,7 +287,7 @@ _decisions: dict[str, list[Decision]] = {}  # per `where`: decided and logged on
 def decisions(where: str) -> list[Decision]:
     """This process's decisions for the patches a plugin applies (decided on the first call)."""
     if where not in _decisions:
-        platform = _once(_function(PLATFORM_OF[where]))
+        platform = functools.cache(_function(PLATFORM_OF[where]))  # asked at most once
         _decisions[where] = [
             decide(p, installed_version(p.engine), platform, os.environ) for p in PATCHES if p.where == where
         ]
@@ -340,14 +341,3 @@ def mark(replacement, original, name: str):
     setattr(replacement, MARK, frozenset(getattr(original, MARK, ())) | {name})
     replacement.original = original
     return replacement
-
-
-def _once(function: Callable[[], str]) -> Callable[[], str]:
-    memo: list[str] = []
-
-    def call() -> str:
-        if not memo:
-            memo.append(function())
-        return memo[0]
-
-    return call
