@@ -198,7 +198,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             submission_id = f"sam-{args.recipe}-{time.strftime('%Y%m%d-%H%M%S')}"
             cmd = ray_job_command(launcher_in_job(args), env, submission_id)
         else:
-            with captured(checks_output, logged):
+            with captured(checks_output, True):  # vLLM's import messages: to the log, or shown on failure
                 check_installed_vllm(cfg)
             overrides = [*overrides, *absolute_path_overrides(cfg)]
             if os.environ.get("RAY_ADDRESS"):

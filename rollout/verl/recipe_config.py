@@ -277,7 +277,7 @@ ROUTE_OVERRIDES = {
     f"+{SPECULATIVE}.num_speculative_tokens_per_batch_size=<rollout.vllm.speculator.batch_size_table(settings, "
     "max_num_seqs)>",
     SAM_METHOD: f"{SPECULATIVE}.method={CUSTOM_CLASS} +{SPECULATIVE}.model={SAM_PROPOSER} "
-    f"~{SPECULATIVE}.num_speculative_tokens_per_batch_size",
+    f"(and ~{SPECULATIVE}.num_speculative_tokens_per_batch_size if it is set)",
 }
 
 
