@@ -460,3 +460,115 @@ def test_drafts_identical_to_custom_class_on_the_same_streams(wheel, monkeypatch
     if sam_spec["threshold"] is None:
         assert compared > 40  # the routes drafted, not just agreed on nothing
     assert speculator.metrics.num_drafts == proposer.metrics.num_drafts
+
+
+# -- tensor-parallel ranks: each drafts for itself, so all must draft alike ------------------------------------
+def test_each_tp_rank_verifies_its_own_drafts(wheel):
+    """Model Runner V2 keeps each rank's drafts on that rank: the runner stores what its own speculator
+    proposed by slot, builds the next step's input ids from that store, and hands the scheduler only
+    the draft width (token ids only for structured output). Drafts cross ranks only between pipeline
+    stages (from the last) and context-parallel ranks, never between tensor-parallel ranks."""
+    runner = _class(_tree(wheel, RUNNER), "GPUModelRunner")
+    sample = ast.unparse(runner["sample_tokens"])
+    after = sample[sample.index("self.speculator.propose(") :]
+    assert "self.req_states.draft_tokens[input_batch.idx_mapping] = draft_tokens" in after
+    cross_rank = {c for c in ("broadcast", "all_gather", "sync_drafts", "get_tp_group") if c in sample}
+    assert cross_rank == {"broadcast", "sync_drafts"}
+    assert "self.pp_handler.broadcast_drafts(draft_tokens)" in after  # pipeline stages
+    assert "self.pcp_manager.sync_drafts(" in after  # prefill context parallel
+    prepare = _source(wheel, RUNNER)
+    assert "combine_sampled_and_draft_tokens(" in prepare and "self.req_states.draft_tokens," in prepare
+    handler = ast.unparse(_class(_tree(wheel, SPEC + "utils.py"), "DraftTokensHandler")["set_draft_tokens"])
+    assert "if not input_batch.has_structured_output_reqs:" in handler
+    assert "self._draft_tokens_by_req[req_id] = num_draft_tokens" in handler  # the width only
+    pp = _source(wheel, "vllm/v1/worker/gpu/pp_utils.py")
+    assert "get_pp_group().make_sibling_device_group(" in pp and "get_tp_group" not in pp
+
+
+STORE_SPEC = {"switch": None, "prompt_store": True, "prompt_store_bytes": 1 << 20}
+
+
+def _rank_worker(speculator, rank):
+    """What SAM's worker RPCs (rollout.vllm.runner_patch) see of one Model Runner V2 worker."""
+    return SimpleNamespace(model_runner=SimpleNamespace(speculator=speculator), rank=rank, parallel_config=None)
+
+
+def _serve(ranks, prompts, finish_at, steps, seed):
+    """Serve ``prompts`` on every rank's speculator (a list of (speculator, V2Runner)) as one
+    tensor-parallel engine does: the same requests, batch order and accepted tokens on every rank;
+    the engine verifies rank 0's drafts. Returns each rank's drafts per step, row by row."""
+    rng = np.random.default_rng(seed)
+    streams = {rid: _stream(p, rng) for rid, p in prompts.items()}
+    done, live, drafts, out = dict.fromkeys(prompts, 0), [], {}, [[] for _ in ranks]
+    for step in range(steps):
+        finished = {r for r in live if step >= finish_at[r]}
+        for speculator, runner in ranks:
+            speculator.on_requests_finished(finished)
+            for r in finished:
+                runner.remove(r)
+        live = [r for r in live if r not in finished]
+        for r, p in prompts.items():
+            if step == finish_at[r] - 30:  # arrivals: 30 steps before each request finishes
+                for _, runner in ranks:
+                    runner.add(r, p)
+                live.append(r)
+                drafts[r] = []
+        committed = {}
+        for r in live:
+            s, n = streams[r], done[r]
+            accepted = 0
+            while accepted < len(drafts[r]) and n + accepted < len(s) and drafts[r][accepted] == s[n + accepted]:
+                accepted += 1
+            committed[r] = s[n : n + accepted + 1]
+            done[r] += len(committed[r])
+            for _, runner in ranks:
+                runner.commit(r, committed[r])
+        if not live:
+            continue
+        order = list(reversed(live)) if step % 2 else list(live)  # rows move between steps
+        sampled = torch.tensor([len(committed[r]) for r in order], dtype=torch.int32)
+        for i, (speculator, runner) in enumerate(ranks):
+            batch = runner.input_batch(order)
+            dense = speculator.propose(batch, None, None, None, None, sampled, None, None, None, None, None)
+            rows = [dense[j, : int(speculator.num_valid[j])].tolist() for j in range(len(order))]
+            out[i].append(dict(zip(order, rows)))
+        drafts.update(out[0][-1])
+    return out
+
+
+def test_tp_ranks_draft_identically_with_the_store_loaded_on_all_or_none(wheel, monkeypatch, tmp_path):
+    """Two ranks' speculators fed the same stream draft the same tokens at every step: with no store,
+    and after a resume that loaded the saved store into both. A store loaded on one rank only makes
+    their drafts differ (so a partial load must leave every worker of the engine empty)."""
+    from rollout.vllm.runner_patch import worker_sam_load_prompt_store, worker_sam_save_prompt_store
+
+    input_batch_cls = _load(wheel, "vllm/v1/worker/gpu/input_batch.py", "vllm034_input_batch", monkeypatch).InputBatch
+    config = _vllm_config(**STORE_SPEC)
+
+    def engine(loaded_on=()):
+        ranks = []
+        for rank in range(2):
+            runner = V2Runner(input_batch_cls)
+            speculator = SamSpeculator(config, "cpu", runner.req_states, compile=False)
+            if rank in loaded_on:
+                loaded = worker_sam_load_prompt_store(_rank_worker(speculator, rank), path)
+                assert loaded["warning"] is None and loaded["prompts"] == 2
+            ranks.append((speculator, runner))
+        return ranks
+
+    first = {"a": [1, 2] + PERIOD, "b": [1, 2] + PERIOD, "c": [3, 4, 5, 6, 7]}  # a and b: one GRPO group
+    ranks = engine()
+    drafts = _serve(ranks, first, {"a": 30, "b": 34, "c": 32}, steps=36, seed=1)
+    assert drafts[0] == drafts[1]
+    path = str(tmp_path / "rollout_0.npz")
+    saved = [worker_sam_save_prompt_store(_rank_worker(s, rank), path) for rank, (s, _) in enumerate(ranks)]
+    assert saved[0]["prompts"] == 2 and saved[1] is None  # the engine's first worker writes
+
+    revisit = {"a": [1, 2] + PERIOD, "d": [3, 4, 5, 6, 7], "e": [9, 9, 8] + PERIOD}  # a's and c's prompts again
+    finish_at = {"a": 31, "d": 33, "e": 40}
+    with_store = _serve(engine(loaded_on=(0, 1)), revisit, finish_at, steps=40, seed=2)
+    without = _serve(engine(loaded_on=()), revisit, finish_at, steps=40, seed=2)
+    assert with_store[0] == with_store[1] and without[0] == without[1]
+    assert with_store[0] != without[0]  # the store changed what was drafted
+    partial = _serve(engine(loaded_on=(0,)), revisit, finish_at, steps=40, seed=2)
+    assert partial[0] != partial[1]
