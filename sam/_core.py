@@ -835,7 +835,10 @@ P_PRIOR = 4  # frequent: pseudo-occurrences added to every context count (shrink
 P_LONG_MATCH = 5  # frequent: matches longer than this follow their first occurrence
 P_COUNT_DEPTH = 6  # frequent: count_depth(long_match); 0: no counts are kept
 P_ADAPTIVE = 7  # 1: per group, draft from the first occurrence or the frequent continuation (see _adaptive)
-POLICY_WIDTH = 8
+P_MATCH = 8  # 1: base_k tokens, or floor(match_scale * match) where that is more, capped at k
+P_BASE_K = 9  # match: tokens any match drafts; a counted draft's further tokens need P_MIN_PROB
+P_MATCH_SCALE = 10  # match: draft tokens per matched token
+POLICY_WIDTH = 11
 
 # adaptive: each disagreement decays both wins by 1/2**WIN_SHIFT (a memory of ~128 disagreements);
 # the first occurrence is drafted while its wins exceed the frequent one's by FIRST_LEAD_PERCENT
@@ -877,6 +880,25 @@ def draft_length(match, k, min_match, scaled):
         n = match - min_match + 1
         return n if n < k else k
     return k
+
+
+@njit(cache=True)
+def length_cap(match, k, policy):
+    """The most tokens a draft from a match of this length may take under the policy (draft_length,
+    or with P_MATCH: base_k, or floor(match_scale * match) where that is more, capped at k)."""
+    min_match = int(policy[P_MIN_MATCH])
+    if policy[P_MATCH] <= 0:
+        return draft_length(match, k, min_match, policy[P_SCALED] > 0)
+    if match < min_match or match == 0:
+        return 0
+    n = max(int(policy[P_BASE_K]), int(np.floor(policy[P_MATCH_SCALE] * match)))
+    return n if n < k else k
+
+
+@njit(cache=True, inline="always")
+def gated_from(policy):
+    """The first draft token that the confidence threshold gates: 0, or base_k under P_MATCH."""
+    return int(policy[P_BASE_K]) if policy[P_MATCH] > 0 else 0
 
 
 @njit(cache=True, inline="always")
@@ -952,10 +974,11 @@ def _pooled_count(table, work, token):
 
 
 @njit(cache=True)
-def _frequent_path(table, work, length, deep, cap, min_prob, prior, beat, out):
+def _frequent_path(table, work, length, deep, cap, min_prob, gated, prior, beat, out):
     """From the states work[W_PATH + i] (one matched string of `length` tokens in each source),
     follow the most frequent continuation over the sources' pooled counts, at most `cap` tokens,
-    while the estimated probability of the whole draft stays >= min_prob. A source drops out where
+    while the estimated probability of the whole draft stays >= min_prob (checked from token `gated`
+    on: the tokens before it are drafted whatever their probability). A source drops out where
     the path leaves it or leaves its scored states (those holding a string of at most `deep`
     tokens). Candidates are the sources' own most frequent continuations (their inline edges).
 
@@ -989,7 +1012,7 @@ def _frequent_path(table, work, length, deep, cap, min_prob, prior, beat, out):
         if best_token < 0:
             break
         p *= min(1.0, best_count / total)
-        if p < min_prob or score + p * (cap - n) <= beat:
+        if (p < min_prob and n >= gated) or score + p * (cap - n) <= beat:
             break
         out[n] = best_token
         n += 1
@@ -1025,9 +1048,9 @@ def _frequent(table, work, k, policy, scratch, out_row, best_score):
                 work[W_PATH + i] = work[W_STATE + i]
             else:
                 work[W_PATH + i] = -1
-        cap = draft_length(m, k, min_match, policy[P_SCALED] > 0)
+        cap = length_cap(m, k, policy)
         n, score, source = _frequent_path(
-            table, work, m, deep, cap, policy[P_MIN_PROB], policy[P_PRIOR], best_score, scratch
+            table, work, m, deep, cap, policy[P_MIN_PROB], gated_from(policy), policy[P_PRIOR], best_score, scratch
         )
         if n > 0 and score > best_score:
             best_n, best_match, best_source, best_score = n, m, source, score
@@ -1068,7 +1091,7 @@ def _propose_one(table, meta, cursor, history, r, k, policy, work, scratch, out_
 @njit(cache=True, inline="always")
 def _first_count(match, n, k, policy):
     """Tokens drafted from a first occurrence with n tokens after it."""
-    return min(draft_length(match, k, int(policy[P_MIN_MATCH]), policy[P_SCALED] > 0), n)
+    return min(length_cap(match, k, policy), n)
 
 
 @njit(cache=True)

@@ -6,7 +6,8 @@ from dataclasses import dataclass, fields
 
 from ._core import MAX_LONG_MATCH
 
-LENGTH_POLICIES = ("fixed", "scaled", "confidence")
+LENGTH_POLICIES = ("fixed", "scaled", "confidence", "match")
+MAX_MATCH_SCALE = 64.0
 CONTINUATIONS = ("first", "frequent", "adaptive")
 COUNTED_CONTINUATIONS = ("frequent", "adaptive")  # those that keep occurrence counts
 
@@ -15,12 +16,18 @@ COUNTED_CONTINUATIONS = ("frequent", "adaptive")  # those that keep occurrence c
 class DraftConfig:
     """How the SAM drafter proposes.
 
-    k: most tokens drafted per request and step.
+    k: most tokens drafted per request and step (the cap; an engine's num_speculative_tokens).
     min_match: no draft unless the matched suffix has at least this many tokens.
     length_policy: "fixed" drafts k tokens; "scaled" drafts one token per matched token beyond
         min_match - 1, capped at k (a 1-token match is mostly wasted verification); "confidence"
         (frequent continuation only) drafts while the estimated probability that the whole draft is
-        accepted stays >= min_token_prob.
+        accepted stays >= min_token_prob; "match" drafts base_k tokens, or floor(match_scale x match
+        length) where that is more, capped at k, and a draft from occurrence counts (frequent,
+        adaptive) takes its tokens beyond base_k only while the estimated probability of the whole
+        draft stays >= min_token_prob. With k <= base_k, "match" drafts exactly what "fixed" does.
+    base_k: "match": the tokens any match drafts (at most k).
+    match_scale: "match": draft tokens per matched token (0 to 64): a long match (a revisit following
+        an earlier response, a sibling copying a derivation) drafts long.
     continuation: which continuation of the matched suffix to draft. "first" follows its first
         occurrence. "frequent" does so only for matches longer than `long_match` tokens; shorter
         ones are scored by the expected number of accepted tokens under occurrence counts (pooled
@@ -49,6 +56,8 @@ class DraftConfig:
     k: int = 3
     min_match: int = 1
     length_policy: str = "fixed"
+    base_k: int = 3
+    match_scale: float = 0.5
     continuation: str = "adaptive"
     min_token_prob: float = 0.1
     count_prior: float = 4.0
@@ -82,6 +91,10 @@ class DraftConfig:
             raise ValueError(
                 "DraftConfig.length_policy 'confidence' needs continuation 'frequent' (it reads occurrence counts)"
             )
+        if self.base_k < 1:
+            raise ValueError(f"DraftConfig.base_k must be >= 1, got {self.base_k}")
+        if not 0.0 <= self.match_scale <= MAX_MATCH_SCALE:
+            raise ValueError(f"DraftConfig.match_scale must be in [0, {MAX_MATCH_SCALE:g}], got {self.match_scale}")
         if not 0.0 <= self.min_token_prob <= 1.0:
             raise ValueError(f"DraftConfig.min_token_prob must be in [0, 1], got {self.min_token_prob}")
         if not 1 <= self.long_match <= MAX_LONG_MATCH:

@@ -49,7 +49,11 @@ def policy_array(config: DraftConfig) -> np.ndarray:
     policy[core.P_SCALED] = config.length_policy == "scaled"
     policy[core.P_FREQUENT] = config.continuation in COUNTED_CONTINUATIONS
     policy[core.P_ADAPTIVE] = config.continuation == "adaptive"
-    policy[core.P_MIN_PROB] = config.min_token_prob if config.length_policy == "confidence" else 0.0
+    gated = config.length_policy == "confidence" or (config.length_policy == "match" and config.continuation != "first")
+    policy[core.P_MIN_PROB] = config.min_token_prob if gated else 0.0
+    policy[core.P_MATCH] = config.length_policy == "match"
+    policy[core.P_BASE_K] = config.base_k
+    policy[core.P_MATCH_SCALE] = config.match_scale
     policy[core.P_PRIOR] = config.count_prior
     policy[core.P_LONG_MATCH] = config.long_match
     policy[core.P_COUNT_DEPTH] = core.count_depth(config.long_match) if policy[core.P_FREQUENT] else 0

@@ -10,6 +10,7 @@ set, so drafting from it gives the first occurrence in insertion order.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 
@@ -245,9 +246,9 @@ def brute_force_first_draft(
     return best_cont, best_match, best_source
 
 
-def _pooled_path(sources, on, string, cap, min_prob, prior, score_depth, recency_weight):
+def _pooled_path(sources, on, string, cap, min_prob, prior, score_depth, recency_weight, gated=0):
     """The best-counted of the sources' kept continuations of `string`, over the pooled counts of
-    sources `on`."""
+    sources `on`; min_prob stops it from its `gated`-th token on."""
     p, score, out, first_source = 1.0, 0.0, [], None
     while len(out) < cap:
         on = [i for i in on if shortest_equivalent(sources[i], string) <= score_depth]
@@ -266,7 +267,7 @@ def _pooled_path(sources, on, string, cap, min_prob, prior, score_depth, recency
         if best is None:
             break
         p *= min(1.0, best_count / total)
-        if p < min_prob:
+        if p < min_prob and len(out) >= gated:
             break
         out.append(best)
         score += p
@@ -276,9 +277,21 @@ def _pooled_path(sources, on, string, cap, min_prob, prior, score_depth, recency
     return out, score, first_source
 
 
-def _draft_length(match: int, k: int, min_match: int, scaled: bool) -> int:
+@dataclass(frozen=True)
+class MatchLength:
+    """length_policy "match": base_k tokens, or floor(match_scale * match) where that is more."""
+
+    base_k: int
+    match_scale: float
+
+
+def draft_length(match: int, k: int, min_match: int = 1, scaled: bool = False, by_match: MatchLength | None = None):
+    """The most tokens a draft from a match of this length takes: none below min_match; k ("fixed");
+    one per matched token beyond min_match - 1 ("scaled"); or `by_match` ("match"); all capped at k."""
     if match < min_match or match == 0:
         return 0
+    if by_match is not None:
+        return min(k, max(by_match.base_k, math.floor(by_match.match_scale * match)))
     return min(k, match - min_match + 1) if scaled else k
 
 
@@ -293,6 +306,7 @@ def brute_force_frequent_draft(
     long_match: int = 8,
     score_depth: int | None = None,
     recency_weight: float = 1.0,
+    by_match: MatchLength | None = None,
 ) -> tuple[list[int], int, int | None]:
     """The frequent draft by definition: (tokens, match length, source index or None).
 
@@ -307,7 +321,8 @@ def brute_force_frequent_draft(
     stops occurring in it or stops being at most `sam._core.score_depth(long_match)` tokens long in
     its shortest form; the score is the sum of those products, and the best score wins (ties: the
     pooled pass, the longer match). The `score_depth` argument only exists to show where that depth
-    matters.
+    matters. With `by_match` (length_policy "match") every draft's length is capped by `draft_length`
+    and min_prob applies from its base_k-th token on.
     """
     from ._core import score_depth as default_depth
 
@@ -315,16 +330,17 @@ def brute_force_frequent_draft(
     lengths = _source_lengths(sources, text)
     best_cont, best_match, best_source = brute_force_first_draft(sources, text, k, long_match)
     if best_match:
-        count = min(_draft_length(best_match, k, min_match, scaled), len(best_cont))
+        count = min(draft_length(best_match, k, min_match, scaled, by_match), len(best_cont))
         return (best_cont[:count], best_match, best_source) if count > 0 else ([], best_match, None)
     best = ([], 0, None, 0.0)
     passes = [list(range(len(sources)))] + ([[0]] if len(sources) > 1 else [])
     for allowed in passes:
         for m in range(min(long_match, max(lengths[i] for i in allowed)), max(min_match, 1) - 1, -1):
             on = [i for i in allowed if lengths[i] >= m]
-            cap = _draft_length(m, k, min_match, scaled)
+            cap = draft_length(m, k, min_match, scaled, by_match)
+            gated = by_match.base_k if by_match is not None else 0
             tokens, score, source = _pooled_path(
-                sources, on, text[-m:], cap, min_prob, prior, score_depth, recency_weight
+                sources, on, text[-m:], cap, min_prob, prior, score_depth, recency_weight, gated
             )
             if tokens and score > best[3]:
                 best = (tokens, m, source, score)

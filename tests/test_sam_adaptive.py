@@ -99,13 +99,14 @@ def test_follows_the_first_occurrence_on_copied_text_and_the_counts_on_noise():
     policy=st.fixed_dictionaries(
         {
             "min_match": st.integers(1, 3),
-            "length_policy": st.sampled_from(["fixed", "scaled"]),
+            "length_policy": st.sampled_from(["fixed", "scaled", "match"]),
+            "match_scale": st.sampled_from([0.25, 1.0]),
             "count_prior": st.sampled_from([0.0, 1.0, 4.0]),
             "long_match": st.sampled_from([1, 4, 8]),
             "recency_weight": st.sampled_from([1.0, 1.5]),
         }
     ),
-    k=st.integers(1, 5),
+    k=st.sampled_from([1, 2, 3, 4, 5, 16]),
 )
 def test_every_draft_is_the_one_the_reference_chooses(data, policy, k):
     alphabet = st.integers(0, data.draw(st.integers(1, 5)))

@@ -7,16 +7,18 @@ from sam_helpers import appended_one_by_one, finish_into_history, single_member
 
 from sam import SOURCE_GROUP, SOURCE_HISTORY, SOURCE_NONE, BatchDrafter, DraftConfig
 from sam import _core as core
-from sam.reference import ReferenceAutomaton, brute_force_frequent_draft, kept_follower
+from sam.reference import MatchLength, ReferenceAutomaton, brute_force_frequent_draft, kept_follower
 
 PROPERTY = settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 SOURCE_OF = {None: SOURCE_NONE, 0: SOURCE_GROUP}
 
 policies = st.fixed_dictionaries(
     {
-        "k": st.integers(1, 8),  # beyond 5, paths from long matches can leave the scored states
+        "k": st.sampled_from([1, 2, 3, 4, 5, 6, 8, 16]),  # beyond 5, paths can leave the scored states
         "min_match": st.integers(1, 3),
-        "length_policy": st.sampled_from(["fixed", "scaled", "confidence"]),
+        "length_policy": st.sampled_from(["fixed", "scaled", "confidence", "match"]),
+        "base_k": st.integers(1, 4),
+        "match_scale": st.sampled_from([0.0, 0.25, 0.5, 1.0, 2.5]),
         "min_token_prob": st.sampled_from([0.0, 0.2, 0.5]),
         "count_prior": st.sampled_from([0.0, 1.0, 2.5]),
         "long_match": st.sampled_from([1, 4, 8, 16]),
@@ -30,7 +32,8 @@ def frequent(policy, **kw) -> DraftConfig:
 
 
 def expected(sources, text, config):
-    min_prob = config.min_token_prob if config.length_policy == "confidence" else 0.0
+    by_match = MatchLength(config.base_k, config.match_scale) if config.length_policy == "match" else None
+    min_prob = config.min_token_prob if config.length_policy in ("confidence", "match") else 0.0
     tokens, match, source = brute_force_frequent_draft(
         sources,
         text,
@@ -41,6 +44,7 @@ def expected(sources, text, config):
         config.count_prior,
         config.long_match,
         recency_weight=config.recency_weight,
+        by_match=by_match,
     )
     return tokens, match, SOURCE_OF.get(source, SOURCE_HISTORY)
 
