@@ -27,6 +27,14 @@ row, which a batched implementation tests. ``ceiling = loop / all softmax``:
 no batched implementation that computes those softmaxes beats the loop by more.
 
     python scripts/bench_rejection.py [--device cpu|cuda] [--json results/bench_rejection.json]
+    python scripts/bench_rejection.py --count-ops [--accelerator-rows]
+
+``--count-ops`` times nothing: it counts, for one call of each sampler, the tensor
+operations dispatched (each one is a kernel launch on a GPU) and the host syncs (reads
+of a device value into Python: ``item``, ``tolist``, ``nonzero``), on a small vocabulary.
+On a GPU both set a floor under the call at small batch. ``--accelerator-rows``
+counts the vectorised sampler as it runs on an accelerator (every request's recovery
+row, no ``nonzero``), which a CPU would otherwise not take.
 
 On a GPU every timing waits for the device (``torch.cuda.synchronize``); the loop's per-token ``.item()``
 syncs are what the published 10x was measured against.
@@ -43,7 +51,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
+import sam.rejection
 from benchmarks.ascend_rejection_helpers import REPLACEMENTS
 from sam.rejection import CPU_TILE_BYTES, rejection_sample
 from sam.rejection_reference import rejection_sample_reference
@@ -79,12 +89,12 @@ def on_device(arguments: dict, device: str) -> dict:
     return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in arguments.items()}
 
 
-def build_batch(batch_size: int, num_drafts: int, seed: int) -> tuple[dict, dict]:
+def build_batch(batch_size: int, num_drafts: int, seed: int, vocab_size: int = VOCAB_SIZE) -> tuple[dict, dict]:
     """Sampler arguments and pre-drawn random numbers for one shape (on the CPU)."""
     generator = torch.Generator().manual_seed(seed)
     num_tokens = batch_size * num_drafts
-    drafts = torch.randint(0, VOCAB_SIZE, (num_tokens,), generator=generator, dtype=torch.int32)
-    logits = torch.randn(num_tokens, VOCAB_SIZE, generator=generator)
+    drafts = torch.randint(0, vocab_size, (num_tokens,), generator=generator, dtype=torch.int32)
+    logits = torch.randn(num_tokens, vocab_size, generator=generator)
     logits[torch.arange(num_tokens), drafts.long()] += DRAFT_LOGIT_BOOST
     num_draft_tokens = [num_drafts] * batch_size
     batch = dict(
@@ -94,12 +104,12 @@ def build_batch(batch_size: int, num_drafts: int, seed: int) -> tuple[dict, dict
         cu_num_draft_tokens=torch.tensor(num_draft_tokens).cumsum(0).to(torch.int32),
         draft_probs=None,
         target_logits=logits,
-        bonus_token_ids=torch.randint(0, VOCAB_SIZE, (batch_size, 1), generator=generator),
+        bonus_token_ids=torch.randint(0, vocab_size, (batch_size, 1), generator=generator),
         temperature=torch.ones(batch_size),
     )
     randoms = dict(
         uniform_probs=torch.rand(num_tokens, dtype=torch.float64, generator=generator),
-        recovery_noise=torch.empty(batch_size, VOCAB_SIZE).exponential_(generator=generator),
+        recovery_noise=torch.empty(batch_size, vocab_size).exponential_(generator=generator),
     )
     return batch, randoms
 
@@ -211,6 +221,71 @@ def bench_shape(batch_size: int, num_drafts: int, ascend_helpers: dict | None, b
     return row
 
 
+# Operators whose result size or value the host must read before it can go on.
+SYNCING_OPERATORS = ("aten::_local_scalar_dense", "aten::nonzero", "aten::is_nonzero", "aten::item")
+
+
+class OperationCounter(TorchDispatchMode):
+    """Counts the tensor operations dispatched, and host syncs (syncing operators and ``Tensor.tolist``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.operations = 0
+        self.syncs = 0
+        self._tolist = torch.Tensor.tolist
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.operations += 1
+        if func._schema.name in SYNCING_OPERATORS:
+            self.syncs += 1
+        return func(*args, **(kwargs or {}))
+
+    def __enter__(self):
+        counter = self
+        original_tolist = self._tolist
+
+        def counted_tolist(tensor: torch.Tensor):
+            counter.syncs += 1
+            return original_tolist(tensor)
+
+        torch.Tensor.tolist = counted_tolist
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        torch.Tensor.tolist = self._tolist
+        return super().__exit__(*exc)
+
+
+def count_operations(sampler: Callable[..., torch.Tensor], arguments: dict) -> dict:
+    """Operations and host syncs of one sampler call."""
+    sampler(**arguments)  # first-call work stays out of the count
+    with OperationCounter() as counter:
+        sampler(**arguments)
+    return dict(operations=counter.operations, syncs=counter.syncs)
+
+
+def count_table(batch_sizes: list[int], num_drafts: int, accelerator_rows: bool) -> list[dict]:
+    """Operation and sync counts of both samplers, drawing their own random numbers, vocabulary 1,000."""
+    rows = []
+    original_rule = sam.rejection.recovers_every_request
+    if accelerator_rows:
+        sam.rejection.recovers_every_request = lambda device: True
+    try:
+        for batch_size in batch_sizes:
+            batch, _ = build_batch(batch_size, num_drafts, seed=batch_size, vocab_size=1_000)
+            rows.append(
+                dict(
+                    batch_size=batch_size,
+                    num_drafts=num_drafts,
+                    vectorised=count_operations(rejection_sample, batch),
+                    loop=count_operations(rejection_sample_reference, batch),
+                )
+            )
+    finally:
+        sam.rejection.recovers_every_request = original_rule
+    return rows
+
+
 def print_table(rows: list[dict]) -> None:
     with_ascend = "ascend_loops_ms" in rows[0]
     header = (
@@ -247,7 +322,21 @@ def main() -> None:
         default=DEFAULT_ASCEND_SOURCE,
         help="vllm-ascend 0.11.0 vllm_ascend/sample/rejection_sampler.py (skipped if absent)",
     )
+    parser.add_argument("--count-ops", action="store_true", help="count operations and host syncs; time nothing")
+    parser.add_argument(
+        "--accelerator-rows", action="store_true", help="with --count-ops: the accelerator's recovery rows"
+    )
     args = parser.parse_args()
+
+    if args.count_ops:
+        for num_drafts in args.draft_lengths:
+            for row in count_table(args.batch_sizes, num_drafts, args.accelerator_rows):
+                print(
+                    f"batch {row['batch_size']:>4} k {num_drafts}: vectorised {row['vectorised']['operations']:>4} ops "
+                    f"{row['vectorised']['syncs']:>3} syncs | loop {row['loop']['operations']:>5} ops "
+                    f"{row['loop']['syncs']:>4} syncs"
+                )
+        return
 
     ascend_helpers = load_ascend_helpers(args.ascend_source)
     if ascend_helpers is None:

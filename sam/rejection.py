@@ -30,12 +30,22 @@ their tokens do not depend on the rest of the batch or on the step's outcome.
 No Python loop runs over requests or tokens. The only loops are over the
 seeded requests' generators, which cannot be batched (as in vLLM), and, on a
 CPU, over row tiles of a few MB (see ``CPU_TILE_BYTES``).
+
+On an accelerator a call reads one device value on the host (the temperatures,
+which pick the greedy and random paths; plus ``is_greedy`` when a seeded request
+draws) and launches a few dozen kernels whatever the batch size: the draft layout
+is built on the host from the Python draft counts and copied over once, and the
+recovered token is computed for every request rather than for the ones a host
+read would find rejecting. ``python scripts/bench_rejection.py --count-ops`` counts both.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 PLACEHOLDER_TOKEN_ID = -1
@@ -192,9 +202,16 @@ def _constrain_logits(
     token_temperature: torch.Tensor,
     token_top_k: torch.Tensor | None,
     token_top_p: torch.Tensor | None,
+    scales: bool | None = None,
 ) -> torch.Tensor:
-    """Rows of logits with their tokens' constraints applied; ``logits`` is not modified."""
-    if token_top_k is None and token_top_p is None and bool((token_temperature == 1.0).all()):
+    """Rows of logits with their tokens' constraints applied; ``logits`` is not modified.
+
+    ``scales``: whether any temperature differs from 1, when the caller knows it on the host
+    (None: read it from ``token_temperature``, a host sync on an accelerator).
+    """
+    if scales is None:
+        scales = not bool((token_temperature == 1.0).all())
+    if token_top_k is None and token_top_p is None and not scales:
         # Dividing by 1 is the identity: skip a pass over the rows.
         return logits.to(torch.float32)
     scaled = logits.to(torch.float32) / token_temperature.unsqueeze(1)
@@ -227,15 +244,19 @@ def _row_tiles(num_rows: int, vocab_size: int, device: torch.device) -> list[sli
 def _seeded_requests_that_draw(
     generators: Mapping[int, torch.Generator],
     num_draft_tokens: Sequence[int],
-    is_greedy: torch.Tensor | None,
+    greedy_flags: Sequence[bool] | None,
 ) -> list[int]:
     """Seeded requests that consume random numbers this step: with drafts, not greedy."""
-    greedy_flags = None if is_greedy is None else is_greedy.tolist()
     return [
         request
         for request in sorted(generators)
         if num_draft_tokens[request] > 0 and not (greedy_flags and greedy_flags[request])
     ]
+
+
+def _host_flags(is_greedy: torch.Tensor | None, generators: Mapping[int, torch.Generator]) -> list[bool] | None:
+    """``is_greedy`` on the host, read only when a seeded request needs it."""
+    return None if is_greedy is None or not generators else is_greedy.tolist()
 
 
 def generate_uniform_probs(
@@ -249,10 +270,18 @@ def generate_uniform_probs(
     float64, as in vLLM, because float32 ``rand`` returns exactly 0.0 often
     enough to matter. Seeded requests overwrite their slice from their generator.
     """
-    num_tokens = sum(num_draft_tokens)
-    uniform_probs = torch.rand(num_tokens, dtype=torch.float64, device=device)
-    request_start = [0, *torch.tensor(num_draft_tokens, dtype=torch.long).cumsum(0).tolist()]
-    for request in _seeded_requests_that_draw(generators, num_draft_tokens, is_greedy):
+    return _uniform_probs(num_draft_tokens, generators, device, _host_flags(is_greedy, generators))
+
+
+def _uniform_probs(
+    num_draft_tokens: Sequence[int],
+    generators: Mapping[int, torch.Generator],
+    device: torch.device | str,
+    greedy_flags: Sequence[bool] | None,
+) -> torch.Tensor:
+    uniform_probs = torch.rand(sum(num_draft_tokens), dtype=torch.float64, device=device)
+    request_start = [0, *itertools.accumulate(num_draft_tokens)]
+    for request in _seeded_requests_that_draw(generators, num_draft_tokens, greedy_flags):
         start, end = request_start[request], request_start[request + 1]
         uniform_probs[start:end].uniform_(generator=generators[request])
     return uniform_probs
@@ -274,10 +303,33 @@ def generate_recovery_noise(
     from its generator whether or not it is asked for, so its stream does not
     depend on the outcome of the step.
     """
-    noise = torch.empty(requests.shape[0], vocab_size, dtype=torch.float32, device=device)
+    host_requests = requests.tolist() if generators else []
+    return _recovery_noise(
+        requests.shape[0],
+        host_requests,
+        num_draft_tokens,
+        vocab_size,
+        generators,
+        device,
+        _host_flags(is_greedy, generators),
+    )
+
+
+def _recovery_noise(
+    num_rows: int,
+    host_requests: Sequence[int],
+    num_draft_tokens: Sequence[int],
+    vocab_size: int,
+    generators: Mapping[int, torch.Generator],
+    device: torch.device | str,
+    greedy_flags: Sequence[bool] | None,
+) -> torch.Tensor:
+    """``generate_recovery_noise`` with the requests on the host (read only when a generator draws)."""
+    noise = torch.empty(num_rows, vocab_size, dtype=torch.float32, device=device)
     noise.exponential_()
-    row_of_request = {request: row for row, request in enumerate(requests.tolist())}
-    for request in _seeded_requests_that_draw(generators, num_draft_tokens, is_greedy):
+    seeded = _seeded_requests_that_draw(generators, num_draft_tokens, greedy_flags)
+    row_of_request = {request: row for row, request in enumerate(host_requests)} if seeded else {}
+    for request in seeded:
         seeded_row = torch.empty(vocab_size, dtype=torch.float32, device=device)
         seeded_row.exponential_(generator=generators[request])
         if request in row_of_request:
@@ -366,7 +418,8 @@ def _accepted_drafts(
     are never accepted.
     """
     if draft_prob is None:
-        draft_prob = torch.ones_like(target_prob)
+        # q(x) = 1: p(x) / 1 >= u is p(x) >= u exactly, in two fewer kernels.
+        return (draft_token_ids >= 0) & (target_prob >= uniform_probs)
     return (draft_token_ids >= 0) & (draft_prob > 0) & (target_prob / draft_prob >= uniform_probs)
 
 
@@ -548,36 +601,42 @@ def rejection_sample(
     assert max(num_draft_tokens, default=0) <= max_spec_len
     device = target_logits.device
     generators = generators or {}
+    bonus_token_ids = bonus_token_ids.reshape(-1)
+    if num_tokens == 0:
+        output_token_ids = torch.full(
+            (batch_size, max_spec_len + 1), PLACEHOLDER_TOKEN_ID, dtype=torch.int32, device=device
+        )
+        output_token_ids[:, 0] = bonus_token_ids
+        return output_token_ids
 
-    output_token_ids = torch.full(
-        (batch_size, max_spec_len + 1), PLACEHOLDER_TOKEN_ID, dtype=torch.int32, device=device
-    )
+    # The step's one read of a device value: the temperatures pick the paths.
+    host_temperature = temperature.tolist()
+    greedy_flags = [value <= GREEDY_TEMPERATURE for value in host_temperature]
+    any_greedy, all_greedy = any(greedy_flags), all(greedy_flags)
+    layout = _BatchLayout.build(num_draft_tokens, device)
     is_greedy = temperature <= GREEDY_TEMPERATURE
-    # One host sync to pick the paths; fine for CPU and for verifying the algorithm.
-    any_greedy, all_greedy = bool(is_greedy.any()), bool(is_greedy.all())
 
     if any_greedy:
         # Temperature, top-k and top-p all keep the argmax, so greedy reads the raw logits.
-        rejection_greedy_sample(
-            output_token_ids,
-            cu_num_draft_tokens,
-            draft_token_ids,
-            target_logits.argmax(dim=1),
-            bonus_token_ids,
-            None if all_greedy else is_greedy,
-        )
+        target_argmax = target_logits.argmax(dim=1)
+        greedy_accepted = draft_token_ids == target_argmax
         if all_greedy:
-            return output_token_ids
+            num_accepted = _num_accepted_in_layout(greedy_accepted, layout)
+            first_rejection = _first_rejection_tokens(layout, num_accepted, num_tokens)
+            return _output_grid(
+                draft_token_ids, layout, num_accepted, target_argmax[first_rejection], bonus_token_ids, max_spec_len
+            )
 
     # The target distribution is built tile by tile and never held whole: the
     # accept test needs only p(x), the recovery only the first rejected rows.
-    constraints = _expand_constraints(cu_num_draft_tokens, num_tokens, temperature, top_k, top_p)
+    scales = any(not greedy and value != 1.0 for greedy, value in zip(greedy_flags, host_temperature))
+    constraints = _token_constraints(layout, temperature, top_k, top_p)
 
     def target_probs_at(rows: slice | torch.Tensor) -> torch.Tensor:
-        logits = _constrain_logits(target_logits[rows], *_take_constraints(constraints, rows))
+        logits = _constrain_logits(target_logits[rows], *_take_constraints(constraints, rows), scales=scales)
         return logits.softmax(dim=-1)
 
-    target_prob = torch.cat(
+    target_prob = _cat(
         [
             _probs_at_drafts(target_probs_at(tile), draft_token_ids[tile])
             for tile in _row_tiles(num_tokens, vocab_size, device)
@@ -585,24 +644,30 @@ def rejection_sample(
     )
     draft_prob = None if draft_probs is None else _probs_at_drafts(draft_probs, draft_token_ids)
     if uniform_probs is None:
-        uniform_probs = generate_uniform_probs(num_draft_tokens, generators, device, is_greedy)
+        uniform_probs = _uniform_probs(num_draft_tokens, generators, device, greedy_flags)
     accepted = _accepted_drafts(draft_token_ids, draft_prob, target_prob, uniform_probs)
+    if any_greedy:
+        accepted = torch.where(is_greedy[layout.token_request], greedy_accepted, accepted)
+    num_accepted = _num_accepted_in_layout(accepted, layout)
+    first_rejection = _first_rejection_tokens(layout, num_accepted, num_tokens)
 
-    # Only the recovered token at a request's first rejection is emitted, so
-    # sample just those (at most batch_size rows instead of num_tokens).
-    num_accepted = _num_accepted(accepted, cu_num_draft_tokens, max_spec_len)
-    num_drafts = _num_tokens_per_request(cu_num_draft_tokens).long()
-    recovery_requests = torch.nonzero(~is_greedy & (num_accepted < num_drafts)).squeeze(1)
-    recovery_tokens = (cu_num_draft_tokens.long() - num_drafts + num_accepted)[recovery_requests]
+    # Only the recovered token at a request's first rejection is emitted. An accelerator
+    # computes it for every request (no host read of which ones rejected); a CPU only for
+    # the requests that need it, since a vocabulary row of noise costs more there.
+    if recovers_every_request(device):
+        recovery_requests = None
+        host_requests: Sequence[int] = range(batch_size)
+    else:
+        recovery_requests = torch.nonzero(~is_greedy & (num_accepted < layout.num_drafts)).squeeze(1)
+        host_requests = recovery_requests.tolist()
+    recovery_tokens = first_rejection if recovery_requests is None else first_rejection[recovery_requests]
     if recovery_noise is None:
-        noise_rows = generate_recovery_noise(
-            recovery_requests, num_draft_tokens, vocab_size, generators, device, is_greedy
+        noise_rows = _recovery_noise(
+            len(host_requests), host_requests, num_draft_tokens, vocab_size, generators, device, greedy_flags
         )
     else:
-        noise_rows = recovery_noise[recovery_requests]
-    tile_rows = _row_tiles(recovery_tokens.shape[0], vocab_size, device)
-    recovered_token_ids = torch.full_like(draft_token_ids, PLACEHOLDER_TOKEN_ID, dtype=torch.long)
-    recovered_token_ids[recovery_tokens] = torch.cat(
+        noise_rows = recovery_noise if recovery_requests is None else recovery_noise[recovery_requests]
+    recovered = _cat(
         [
             _recovered_tokens(
                 target_probs_at(recovery_tokens[rows]),
@@ -610,16 +675,100 @@ def rejection_sample(
                 None if draft_probs is None else draft_probs[recovery_tokens[rows]],
                 noise_rows[rows],
             )
-            for rows in tile_rows
+            for rows in _row_tiles(len(host_requests), vocab_size, device)
         ]
     )
-    _accepted_prefix_to_output(
-        output_token_ids,
-        cu_num_draft_tokens,
-        draft_token_ids,
-        accepted,
-        recovered_token_ids,
-        bonus_token_ids,
-        rows_to_write=~is_greedy if any_greedy else None,
+    if recovery_requests is not None:
+        recovered = torch.full((batch_size,), PLACEHOLDER_TOKEN_ID, dtype=torch.long, device=device).index_put_(
+            (recovery_requests,), recovered
+        )
+    if any_greedy:
+        recovered = torch.where(is_greedy, target_argmax[first_rejection], recovered)
+    return _output_grid(draft_token_ids, layout, num_accepted, recovered, bonus_token_ids, max_spec_len)
+
+
+def recovers_every_request(device: torch.device) -> bool:
+    """Whether the sampler computes a recovered token for every request (True) or only the rejecting ones."""
+    return device.type != "cpu"
+
+
+def _cat(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """``torch.cat`` without a copy for the single tile of an accelerator."""
+    return tensors[0] if len(tensors) == 1 else torch.cat(tensors)
+
+
+@dataclass(frozen=True)
+class _BatchLayout:
+    """Where each request's drafts sit, built on the host from the Python draft counts.
+
+    ``token_request``, ``token_position``: ``[num_tokens]`` int64, request and position of every draft;
+    ``request_start``, ``num_drafts``: ``[batch_size]`` int64.
+    """
+
+    token_request: torch.Tensor
+    token_position: torch.Tensor
+    request_start: torch.Tensor
+    num_drafts: torch.Tensor
+    max_spec_len_hint: int
+
+    @classmethod
+    def build(cls, num_draft_tokens: Sequence[int], device: torch.device) -> _BatchLayout:
+        counts = np.asarray(num_draft_tokens, dtype=np.int64)
+        starts = np.cumsum(counts) - counts
+        token_request = np.repeat(np.arange(counts.shape[0], dtype=np.int64), counts)
+        token_position = np.arange(token_request.shape[0], dtype=np.int64) - starts[token_request]
+        # One host-to-device copy for all four.
+        packed = torch.from_numpy(np.concatenate([token_request, token_position, starts, counts])).to(device)
+        num_tokens, batch_size = token_request.shape[0], counts.shape[0]
+        return cls(*packed.split([num_tokens, num_tokens, batch_size, batch_size]), int(counts.max(initial=0)))
+
+
+def _token_constraints(
+    layout: _BatchLayout, temperature: torch.Tensor, top_k: torch.Tensor | None, top_p: torch.Tensor | None
+) -> TokenConstraints:
+    """Per-token temperature (greedy -> 1), top-k and top-p, gathered by the layout: ``[num_tokens]`` each."""
+    temperature = temperature.to(torch.float32)
+    safe_temperature = torch.where(temperature <= GREEDY_TEMPERATURE, 1.0, temperature)
+    return (
+        safe_temperature[layout.token_request],
+        None if top_k is None else top_k[layout.token_request],
+        None if top_p is None else top_p[layout.token_request],
     )
-    return output_token_ids
+
+
+def _num_accepted_in_layout(accepted: torch.Tensor, layout: _BatchLayout) -> torch.Tensor:
+    """Length of each request's leading run of accepted drafts: ``[batch_size]`` int64.
+
+    The smallest rejected position per request, starting from the draft count.
+    """
+    rejected_position = torch.where(accepted, layout.max_spec_len_hint, layout.token_position)
+    return layout.num_drafts.scatter_reduce(0, layout.token_request, rejected_position, "amin")
+
+
+def _first_rejection_tokens(layout: _BatchLayout, num_accepted: torch.Tensor, num_tokens: int) -> torch.Tensor:
+    """``[batch_size]`` token index of each request's first rejection (clamped in range; meaningless
+    where every draft was accepted)."""
+    return (layout.request_start + num_accepted).clamp_(max=num_tokens - 1)
+
+
+def _output_grid(
+    draft_token_ids: torch.Tensor,
+    layout: _BatchLayout,
+    num_accepted: torch.Tensor,
+    replacement_token_ids: torch.Tensor,
+    bonus_token_ids: torch.Tensor,
+    max_spec_len: int,
+) -> torch.Tensor:
+    """``[batch_size, max_spec_len + 1]`` int32: accepted drafts, then the replacement at the first rejection
+    (``replacement_token_ids`` ``[batch_size]``) or the bonus, then padding."""
+    num_tokens = draft_token_ids.shape[0]
+    column = torch.arange(max_spec_len + 1, device=draft_token_ids.device)
+    draft_grid = draft_token_ids[(layout.request_start.unsqueeze(1) + column).clamp_(max=num_tokens - 1)]
+    next_token = torch.where(num_accepted < layout.num_drafts, replacement_token_ids, bonus_token_ids)
+    num_accepted = num_accepted.unsqueeze(1)
+    sampled = torch.where(
+        column < num_accepted,
+        draft_grid.long(),
+        torch.where(column == num_accepted, next_token.long().unsqueeze(1), PLACEHOLDER_TOKEN_ID),
+    )
+    return sampled.to(torch.int32)

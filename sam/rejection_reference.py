@@ -10,7 +10,7 @@ The textbook algorithm, written one request and one position at a time:
 It takes the same arguments as ``sam.rejection.rejection_sample`` and consumes
 the same random numbers in the same order (per drafting, non-greedy request:
 its uniforms, then one Exp(1) vector over the vocabulary, from its generator
-when it has one), so both implementations agree token for token when given
+when it has one, on the logits' device), so both implementations agree token for token when given
 the same pre-drawn numbers or the same seeded generators. Only the recovered
 token at the first rejection is computed, as the textbook does.
 """
@@ -130,6 +130,7 @@ def rejection_sample_reference(
     del cu_num_draft_tokens
     batch_size = len(num_draft_tokens)
     vocab_size = target_logits.shape[1]
+    device = target_logits.device
     generators = generators or {}
     output_token_ids = torch.full((batch_size, max_spec_len + 1), PLACEHOLDER_TOKEN_ID, dtype=torch.int32)
 
@@ -147,11 +148,12 @@ def rejection_sample_reference(
             if uniform_probs is not None:
                 request_uniforms = uniform_probs[start:end]
             else:
-                request_uniforms = torch.rand(num_drafts, dtype=torch.float64, generator=generator)
+                request_uniforms = torch.rand(num_drafts, dtype=torch.float64, device=device, generator=generator)
             if recovery_noise is not None:
                 request_noise = recovery_noise[request]
             elif num_drafts > 0:
-                request_noise = torch.empty(vocab_size, dtype=torch.float32).exponential_(generator=generator)
+                request_noise = torch.empty(vocab_size, dtype=torch.float32, device=device)
+                request_noise.exponential_(generator=generator)
             else:
                 request_noise = None  # a request without drafts draws nothing
             emitted = _random_request(
@@ -167,4 +169,4 @@ def rejection_sample_reference(
             )
         output_token_ids[request, : len(emitted)] = torch.tensor(emitted, dtype=torch.int32)
         start = end
-    return output_token_ids.to(target_logits.device)
+    return output_token_ids.to(device)

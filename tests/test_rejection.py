@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 
+import sam.rejection
 from sam.rejection import (
     PLACEHOLDER_TOKEN_ID,
     expand_batch_to_tokens,
@@ -25,11 +26,24 @@ from sam.rejection import (
 from sam.rejection_reference import rejection_sample_reference
 
 Sampler = Callable[..., torch.Tensor]
-SAMPLERS = {"vectorised": rejection_sample, "loop": rejection_sample_reference}
+
+
+def rejection_sample_every_row(**arguments) -> torch.Tensor:
+    """The vectorised sampler as it runs on an accelerator: a recovered token for every request."""
+    original_rule = sam.rejection.recovers_every_request
+    sam.rejection.recovers_every_request = lambda device: True
+    try:
+        return rejection_sample(**arguments)
+    finally:
+        sam.rejection.recovers_every_request = original_rule
+
+
+VECTORISED = {"vectorised": rejection_sample, "vectorised-every-row": rejection_sample_every_row}
+SAMPLERS = {**VECTORISED, "loop": rejection_sample_reference}
 NUM_DRAWS = 200_000
 # The loop reference is a Python loop per request (about 1 ms each); it also agrees token for token with
 # the vectorised sampler given the same random numbers (below), so its own distribution checks use fewer.
-DRAWS = {"vectorised": NUM_DRAWS, "loop": NUM_DRAWS // 4}
+DRAWS = {"vectorised": NUM_DRAWS, "vectorised-every-row": NUM_DRAWS, "loop": NUM_DRAWS // 4}
 ALPHA = 1e-3
 MIN_EXPECTED_COUNT = 5.0
 
@@ -309,10 +323,11 @@ def test_implementations_agree_token_for_token(with_draft_probs: bool, with_top_
             with_top_k_top_p=with_top_k_top_p,
         )
         randoms = pre_drawn_randoms(generator, batch)
-        vectorised = rejection_sample(**batch, **randoms)
         loop = rejection_sample_reference(**batch, **randoms)
-        assert torch.equal(vectorised, loop), f"trial {trial}"
-        assert vectorised.dtype == torch.int32
+        for name, sampler in VECTORISED.items():
+            vectorised = sampler(**batch, **randoms)
+            assert torch.equal(vectorised, loop), f"{name} trial {trial}"
+            assert vectorised.dtype == torch.int32
 
 
 def test_implementations_agree_with_seeded_generators() -> None:
@@ -327,12 +342,13 @@ def test_implementations_agree_with_seeded_generators() -> None:
             with_top_k_top_p=False,
         )
         seeds = {request: 100 * trial + request for request in range(0, 6, 2)}
-        outputs = [
+        loop, *vectorised = [
             sampler(**batch, generators={r: torch.Generator().manual_seed(s) for r, s in seeds.items()})
-            for sampler in SAMPLERS.values()
+            for sampler in (rejection_sample_reference, *VECTORISED.values())
         ]
-        for request in seeds:
-            assert torch.equal(outputs[0][request], outputs[1][request]), f"trial {trial} request {request}"
+        for output in vectorised:
+            for request in seeds:
+                assert torch.equal(output[request], loop[request]), f"trial {trial} request {request}"
 
 
 def test_greedy_is_argmax_chain_then_target_argmax() -> None:
@@ -556,3 +572,38 @@ def test_module_is_free_of_vllm_and_verl() -> None:
             node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module
         }
         assert not imported & {"vllm", "vllm_ascend", "verl"}
+
+
+def test_reference_draws_on_the_logits_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The loop draws its uniforms and noise where the logits are (CUDA logits with CPU draws crashed)."""
+    import sam.rejection_reference as reference
+
+    devices = []
+    original_rand, original_empty = torch.rand, torch.empty
+
+    def recording(original):
+        def draw(*args, **kwargs):
+            devices.append(torch.device(kwargs.get("device", "cpu")))
+            return original(*args, **kwargs)
+
+        return draw
+
+    batch = random_batch(
+        torch.Generator().manual_seed(3),
+        batch_size=4,
+        vocab_size=9,
+        max_spec_len=3,
+        with_draft_probs=False,
+        with_top_k_top_p=False,
+    )
+    batch["temperature"] = torch.ones(4)
+    batch["num_draft_tokens"] = [3, 3, 3, 3]
+    batch["cu_num_draft_tokens"] = torch.tensor([3, 6, 9, 12])
+    batch["draft_token_ids"] = torch.zeros(12, dtype=torch.long)
+    batch["target_logits"] = torch.randn(12, 9)
+    # Logits that report a device the default (index-less "cpu") is not; draws there still run on the CPU.
+    monkeypatch.setattr(reference.torch, "rand", recording(original_rand))
+    monkeypatch.setattr(reference.torch, "empty", recording(original_empty))
+    monkeypatch.setattr(torch.Tensor, "device", property(lambda tensor: torch.device("cpu", 0)), raising=False)
+    rejection_sample_reference(**batch)
+    assert devices and all(device == torch.device("cpu", 0) for device in devices), devices
