@@ -225,17 +225,24 @@ def bench_shape(batch_size: int, num_drafts: int, ascend_helpers: dict | None, b
 SYNCING_OPERATORS = ("aten::_local_scalar_dense", "aten::nonzero", "aten::is_nonzero", "aten::item")
 
 
+METADATA_OPERATORS = ("aten::lift_fresh", "aten::scalar_tensor", "aten::split_with_sizes")
+
+
 class OperationCounter(TorchDispatchMode):
     """Counts the tensor operations dispatched, and host syncs (syncing operators and ``Tensor.tolist``)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.operations = 0
+        self.kernels = 0
         self.syncs = 0
         self._tolist = torch.Tensor.tolist
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self.operations += 1
+        # Views and host scalars only change metadata; everything else is a kernel on a device.
+        if not func.is_view and func._schema.name not in METADATA_OPERATORS:
+            self.kernels += 1
         if func._schema.name in SYNCING_OPERATORS:
             self.syncs += 1
         return func(*args, **(kwargs or {}))
@@ -261,13 +268,13 @@ def count_operations(sampler: Callable[..., torch.Tensor], arguments: dict) -> d
     sampler(**arguments)  # first-call work stays out of the count
     with OperationCounter() as counter:
         sampler(**arguments)
-    return dict(operations=counter.operations, syncs=counter.syncs)
+    return dict(operations=counter.operations, kernels=counter.kernels, syncs=counter.syncs)
 
 
 def count_table(batch_sizes: list[int], num_drafts: int, accelerator_rows: bool) -> list[dict]:
     """Operation and sync counts of both samplers, drawing their own random numbers, vocabulary 1,000."""
     rows = []
-    original_rule = sam.rejection.recovers_every_request
+    original_rule = getattr(sam.rejection, "recovers_every_request", None)
     if accelerator_rows:
         sam.rejection.recovers_every_request = lambda device: True
     try:
@@ -333,7 +340,8 @@ def main() -> None:
             for row in count_table(args.batch_sizes, num_drafts, args.accelerator_rows):
                 print(
                     f"batch {row['batch_size']:>4} k {num_drafts}: vectorised {row['vectorised']['operations']:>4} ops "
-                    f"{row['vectorised']['syncs']:>3} syncs | loop {row['loop']['operations']:>5} ops "
+                    f"{row['vectorised']['kernels']:>4} kernels {row['vectorised']['syncs']:>3} syncs | "
+                    f"loop {row['loop']['operations']:>5} ops {row['loop']['kernels']:>5} kernels "
                     f"{row['loop']['syncs']:>4} syncs"
                 )
         return

@@ -607,3 +607,34 @@ def test_reference_draws_on_the_logits_device(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(torch.Tensor, "device", property(lambda tensor: torch.device("cpu", 0)), raising=False)
     rejection_sample_reference(**batch)
     assert devices and all(device == torch.device("cpu", 0) for device in devices), devices
+
+
+def test_single_request_on_an_accelerator_goes_to_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert sam.rejection.loop_is_cheaper(1, torch.device("cuda"))
+    assert not sam.rejection.loop_is_cheaper(2, torch.device("cuda"))
+    assert not sam.rejection.loop_is_cheaper(1, torch.device("cpu"))
+
+    import sam.rejection_reference as reference
+
+    calls = []
+    original_loop = reference.rejection_sample_reference
+
+    def counted_loop(*args, **kwargs):
+        calls.append(1)
+        return original_loop(*args, **kwargs)
+
+    monkeypatch.setattr(reference, "rejection_sample_reference", counted_loop)
+    monkeypatch.setattr(sam.rejection, "loop_is_cheaper", lambda batch_size, device: batch_size == 1)
+    batch = random_batch(
+        torch.Generator().manual_seed(8),
+        batch_size=1,
+        vocab_size=10,
+        max_spec_len=3,
+        with_draft_probs=False,
+        with_top_k_top_p=False,
+    )
+    batch["temperature"] = torch.ones(1)
+    seeded = dict(generators={0: torch.Generator().manual_seed(4)})
+    dispatched = rejection_sample(**batch, **seeded)
+    assert calls == [1]
+    assert torch.equal(dispatched, original_loop(**batch, generators={0: torch.Generator().manual_seed(4)}))
