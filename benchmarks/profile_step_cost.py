@@ -3,16 +3,17 @@
 Dense (Qwen3-32B shape) by default, or ``--model moe`` (Qwen3-235B-A22B shape: 128 experts, real
 top-8 routing over random weights, so every step reads the experts its tokens route to). Each row is
 one (context, batch, q): the batch's KV cache is allocated at that context and written in place by
-the step, attention reads it (GQA), and the measured time of ``--layers`` layers is scaled to the
-full model's layer count; the LM head is timed once per step and added unscaled.
+the step, attention reads it (GQA-packed: each KV head's q x group query rows in one call, as
+FlashAttention and FlashInfer decode do; see ``packed_gqa_attention``), and the measured time of
+``--layers`` layers is scaled to the full model's layer count; the LM head is timed once per step and added unscaled.
 
 GPU (about 3-5 minutes on one H200; bf16, CUDA graphs where capture works):
 
     .venv/bin/python scripts/profile_step_cost.py --device cuda --layers 4 \
-        --batches 1,2,4,8,16,32,64,128,256 --contexts 2048,8192,32768 --qs 1,2,4,5 \
+        --batches 1,2,4,8,16,32,64,128,256 --contexts 2048,8192,32768 --qs 1,2,3,5,9,17 \
         --out benchmarks/results/step_cost_dense_cuda.csv
     .venv/bin/python scripts/profile_step_cost.py --device cuda --model moe --tp 4 --layers 4 \
-        --batches 1,2,4,8,16,32,64 --contexts 2048,8192,32768 --qs 1,2,4,5 \
+        --batches 1,2,4,8,16,32,64 --contexts 2048,8192,32768 --qs 1,2,3,5,9,17 \
         --out benchmarks/results/step_cost_moe_tp4_cuda.csv
 
 CPU, tiny shapes (a few seconds; what the tests run):
@@ -24,10 +25,11 @@ CSV columns (a superset of the shared anchor's): device, ctx, batch, q, masked, 
 ``ms_per_step_<L>_layers`` (L = the full model's layers: 64 dense, 94 MoE), then model, dtype, tp,
 layers_measured, graphs (1 = CUDA graph replay), and for MoE: experts, top_k, distinct_experts (mean
 per layer per step, measured from the routing) and moe_kernel (grouped_mm on CUDA, else a loop over
-the experts that have tokens). ``masked`` is 0: the q new tokens attend to the whole cache without
-a causal mask among themselves (the same work as masked, one fewer kernel argument). Not modelled:
-RoPE, the sampler, tensor-parallel communication (``--tp`` times one rank's shard only), and, with
-the plain SDPA call, split-KV decode kernels (long contexts at small batch read pessimistically).
+the experts that have tokens). ``masked`` is 0 unless ``--masked``: the q new tokens attend to the
+whole cache without a causal mask among themselves (the same work as masked, one fewer kernel
+argument; the shared anchors were timed so). Not modelled: RoPE, the sampler, tensor-parallel
+communication (``--tp`` times one rank's shard only), and, with the plain SDPA call, split-KV decode
+kernels (long contexts at small batch read pessimistically).
 Combinations whose KV cache would exceed ``--max-kv-gb`` are skipped (e.g. batch 256 at 32k).
 """
 
@@ -59,6 +61,10 @@ TINY_MOE = dict(
 )
 
 
+# q = 1 + drafts: 0, 1, 2, 4, 8 and 16 drafted tokens, so drafts up to 16 long can be priced.
+QS = "1,2,3,5,9,17"
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cuda")
@@ -68,7 +74,8 @@ def parse_args(argv=None):
     p.add_argument("--layers", type=int, default=4, help="layers actually run; times are scaled to the full model")
     p.add_argument("--batches", default="1,2,4,8,16,32,64,128,256")
     p.add_argument("--contexts", default="2048,8192,32768")
-    p.add_argument("--qs", default="1,2,4,5")
+    p.add_argument("--qs", default=QS, help="tokens per request to verify (1 = plain decode)")
+    p.add_argument("--masked", action="store_true", help="causal mask among the q new tokens (default: none)")
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--repeats", type=int, default=10)
@@ -134,18 +141,17 @@ class Layer:
             self.down = w(h, s["intermediate"])
         self.distinct = None  # a device tensor: distinct experts routed to in the last step
 
-    def attention(self, x, k_cache, v_cache, ctx):
+    def attention(self, x, k_cache, v_cache, ctx, masked: bool = False):
         s, d = self.s, self.s["head_dim"]
         b, q, _ = x.shape
         qkv = F.linear(x, self.qkv)
         qh, kh, vh = qkv.split([s["heads"] * d, s["kv_heads"] * d, s["kv_heads"] * d], dim=-1)
-        qh = qh.view(b, q, s["heads"], d).transpose(1, 2)
         k_cache[:, :, ctx : ctx + q] = kh.view(b, q, s["kv_heads"], d).transpose(1, 2)  # KV written in place
         v_cache[:, :, ctx : ctx + q] = vh.view(b, q, s["kv_heads"], d).transpose(1, 2)
-        out = F.scaled_dot_product_attention(
-            qh, k_cache[:, :, : ctx + q], v_cache[:, :, : ctx + q], enable_gqa=s["heads"] != s["kv_heads"]
+        out = packed_gqa_attention(
+            qh.view(b, q, s["heads"], d), k_cache[:, :, : ctx + q], v_cache[:, :, : ctx + q], masked
         )
-        return F.linear(out.transpose(1, 2).reshape(b, q, s["heads"] * d), self.o)
+        return F.linear(out, self.o)
 
     def mlp(self, x):
         g, u = F.linear(x, self.gate_up).chunk(2, dim=-1)
@@ -168,10 +174,36 @@ class Layer:
         y.index_add_(0, order // s["top_k"], out.float() * weights.reshape(-1)[order, None])
         return y.to(x.dtype).view_as(x)
 
-    def step(self, x, k_cache, v_cache, ctx):
-        x = x + self.attention(rms_norm(x, self.norm1), k_cache, v_cache, ctx)
+    def step(self, x, k_cache, v_cache, ctx, masked: bool = False):
+        x = x + self.attention(rms_norm(x, self.norm1), k_cache, v_cache, ctx, masked)
         h = rms_norm(x, self.norm2)
         return x + (self.moe_mlp(h) if self.moe else self.mlp(h))
+
+
+def packed_gqa_attention(queries, keys, values, masked: bool):
+    """Attention of q new tokens per request, each KV head's q x group query rows in one call.
+
+    ``queries``: ``[batch, q, heads, head_dim]``; ``keys``, ``values``: ``[batch, kv_heads, length,
+    head_dim]`` whose last q positions are the new tokens. Returns ``[batch, q, heads * head_dim]``.
+    Packing the group's query heads as rows of one KV head is what FlashAttention and FlashInfer
+    decode kernels do; SDPA's ``enable_gqa=True`` instead repeats the KV per query head, which for
+    q > 1 times 2-5x slower on an H200 than the work verification costs. ``masked``: the causal mask
+    among the q new tokens (token i sees the cache and new tokens 0..i); without it every row reads
+    the whole length, the same work.
+    """
+    batch, q, heads, head_dim = queries.shape
+    kv_heads, length = keys.shape[1], keys.shape[2]
+    group = heads // kv_heads
+    # Head h reads KV head h // group (the grouping of enable_gqa); rows ordered (position, head in group).
+    packed = queries.view(batch, q, kv_heads, group, head_dim).permute(0, 2, 1, 3, 4)
+    packed = packed.reshape(batch, kv_heads, q * group, head_dim)
+    mask = None
+    if masked:
+        row_position = torch.arange(q * group, device=queries.device) // group
+        mask = torch.arange(length, device=queries.device) <= (length - q + row_position).unsqueeze(1)
+    out = F.scaled_dot_product_attention(packed, keys, values, attn_mask=mask)
+    out = out.view(batch, kv_heads, q, group, head_dim).permute(0, 2, 1, 3, 4)
+    return out.reshape(batch, q, heads * head_dim)
 
 
 GROUPED_MM = {"ok": True}  # turned off after the first failure (e.g. a GPU or torch without it)
@@ -284,7 +316,7 @@ def profile(args) -> list[dict]:
                 def run_layers(x=x, caches=caches, ctx=ctx):
                     h = x
                     for layer, (kc, vc) in zip(layers, caches):
-                        h = layer.step(h, kc, vc, ctx)
+                        h = layer.step(h, kc, vc, ctx, args.masked)
                     return h
 
                 def run_head(x=x):
@@ -295,7 +327,7 @@ def profile(args) -> list[dict]:
                     ms_layers = timer.time_ms(fn, args.warmup, args.repeats)
                     fh, _ = maybe_graph(run_head, device, not args.no_graphs)
                     ms_head = timer.time_ms(fh, args.warmup, args.repeats)
-                row = dict(device=device_name(device), ctx=ctx, batch=batch, q=q, masked=0)
+                row = dict(device=device_name(device), ctx=ctx, batch=batch, q=q, masked=int(args.masked))
                 row[col] = round(ms_layers * full["layers"] / args.layers + ms_head, 4)
                 row.update(model=args.model, dtype=args.dtype, tp=args.tp, layers_measured=args.layers, graphs=graphs)
                 if moe:
