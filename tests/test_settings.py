@@ -45,7 +45,7 @@ def test_every_draft_config_field_but_k_is_a_setting_and_round_trips():
     changed = {"min_match": 2, "length_policy": "confidence", "continuation": "frequent", "min_token_prob": 0.3,
                "count_prior": 2.0, "recency_weight": 3.0, "long_match": 8, "group_aware": False,
                "history_tokens": 4096, "prompt_store": True, "prompt_store_bytes": 1 << 20,
-               "prompt_store_tokens": 512}  # fmt: skip
+               "prompt_store_tokens": 512, "base_k": 2, "match_scale": 3.0}  # fmt: skip
     assert set(changed) == {f.name for f in fields(DraftConfig)} - {"k"}
     assert all(changed[name] != getattr(DraftConfig, name) for name in changed)  # each one differs from its default
     s = SamSettings.from_mapping(5, {**changed, "switch": 2, "log_interval_s": 1.5})

@@ -13,6 +13,10 @@ on the host, so each step waits for the step's sampling and copies the new token
 small device-to-host copies; what that costs against async scheduling: docs/vllm-hooks.md,
 "Host synchronisation on the 0.34 route"). Slots past a row's SAM draft are filled with the row's last
 token, as vLLM's own ngram and suffix speculators fill them: a filler only costs verification.
+So this route cannot carry a draft length per request: the match-scaled length (``length_policy:
+match``) drafts fewer tokens where matches are short, but every request still verifies the step's
+full width, which only ``num_speculative_tokens_per_batch_size`` (``batch_size_table``) sets, per
+batch size. The custom_class route verifies each request's own draft length.
 
 ``SamSpeculator`` holds the whole behaviour and imports no vLLM, so it runs on CPU tensors in the tests;
 ``RegisteredSamSpeculator`` (built on first access, vLLM 0.34 only) adds vLLM's ``BaseSpeculator`` base.
