@@ -26,7 +26,7 @@ def sam_step_us(
     batch: int,
     configs: dict[str, DraftConfig],
     steps: int = 200,
-    k: int = 3,
+    k: int | None = 3,
     seed: int = 0,
     small_pages: frozenset[str] = frozenset(),
 ) -> dict[str, dict[str, float]]:
@@ -38,6 +38,8 @@ def sam_step_us(
 
     The configurations named in `small_pages` keep their automata in 4 KiB pages (sam.pages switched
     off while they start and step), so that the huge pages' gain is measured in the same steps.
+
+    k: the draft cap of every configuration's steps; None: each configuration's own k.
 
     Returns, per configuration, the median us per request-step and the median of its per-step ratio
     to the first configuration's."""
@@ -59,7 +61,7 @@ def sam_step_us(
         for name in names if step % 2 == 0 else names[::-1]:
             with _pages(name in small_pages):
                 t0 = time.perf_counter()
-                drafters[name].step(ids, rows, lengths, k)
+                drafters[name].step(ids, rows, lengths, k)  # k None: the drafter's own config.k
                 elapsed = time.perf_counter() - t0
             if step >= 10:  # warm-up steps touch cold caches
                 per_request[name].append(elapsed / batch * 1e6)
@@ -142,3 +144,47 @@ def arctic_step_us(corpus: np.ndarray, context: int, steps: int = 200, k: int = 
         times.append((time.perf_counter() - t0) * 1e6)
     cache.stop_request("r")
     return float(np.median(times))
+
+
+def anchor_steps(path) -> dict[tuple[int, int], float]:
+    """{(batch, context): ms of a plain decode step (q = 1, unmasked)} from a step-cost anchor CSV
+    (../shared/data/anchors/step_cost_h200_*.csv)."""
+    import csv
+
+    out = {}
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            if int(row["q"]) == 1 and row.get("masked", "0") in ("0", "False", "false"):
+                ms = next(v for key, v in row.items() if key.startswith("ms_per_step"))
+                out[(int(row["batch"]), int(row["ctx"]))] = float(ms)
+    return out
+
+
+def anchor_shares(
+    corpus: np.ndarray, anchor: dict[tuple[int, int], float], configs: dict[str, DraftConfig], repeats: int
+) -> dict[str, dict]:
+    """Per anchor shape and configuration: the drafter's time for one engine step of that batch (the
+    median us per request-step x batch, `sam_step_us`, each repeat on other windows) as a share of the
+    anchor's plain decode step; the median over the repeats and their range."""
+    out = {}
+    for (batch, context), step_ms in sorted(anchor.items()):
+        per_config: dict[str, list[float]] = {name: [] for name in configs}
+        for repeat in range(repeats):
+            timed = sam_step_us(corpus, context, batch, configs, steps=100, k=None, seed=repeat)
+            for name, t in timed.items():
+                per_config[name].append(t["us"] * batch / (step_ms * 1e3))
+        out[f"batch {batch}, context {context}"] = {
+            "anchor_step_ms": step_ms,
+            **{
+                name: {"share_median": float(np.median(s)), "share_min": min(s), "share_max": max(s)}
+                for name, s in per_config.items()
+            },
+        }
+        print(
+            f"  batch {batch} context {context}: "
+            + ", ".join(
+                f"{n} {100 * np.median(s):.2f}% ({100 * min(s):.2f}-{100 * max(s):.2f})" for n, s in per_config.items()
+            ),
+            flush=True,
+        )
+    return out
