@@ -26,6 +26,7 @@ import pytest
 import torch
 from conftest import released_wheel
 
+from rollout.engine_kwargs import SAM_PROPOSER
 from rollout.settings import SETTINGS_KEY
 from rollout.vllm import routes
 from rollout.vllm.speculator import SamSpeculator, batch_size_table, check_settings_for_fixed_width
@@ -229,7 +230,7 @@ def test_sam_config_registers_with_vllm_034s_registry(wheel, monkeypatch):
 def test_refusals_name_the_version_and_what_to_use():
     sam, custom = (
         {"method": "sam", "num_speculative_tokens": 3},
-        {"method": "custom_class", "model": routes.SAM_PROPOSER},
+        {"method": "custom_class", "model": SAM_PROPOSER},
     )
     assert routes.requested_route(sam) == "sam" and routes.requested_route(custom) == "custom_class"
     assert routes.requested_route({"method": "ngram"}) is None and routes.requested_route(None) is None
@@ -237,7 +238,7 @@ def test_refusals_name_the_version_and_what_to_use():
     on_034 = routes.refusal("0.34.0", frozenset({"sam"}), "custom_class")
     assert "vLLM 0.34.0 has no custom_class" in on_034 and "'method': 'sam'" in on_034
     on_032 = routes.refusal("0.32.0", frozenset({"custom_class"}), "sam")
-    assert "vLLM 0.32.0 has no register_speculative_method" in on_032 and routes.SAM_PROPOSER in on_032
+    assert "vLLM 0.32.0 has no register_speculative_method" in on_032 and SAM_PROPOSER in on_032
     neither = routes.refusal("0.33.9", frozenset(), "sam")
     assert "SAM cannot run on vLLM 0.33.9: it has neither" in neither and "vLLM 0.34" in neither
 

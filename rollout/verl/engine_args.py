@@ -6,7 +6,8 @@ launcher's early checks (``rollout.verl.launch``), so a bad setting fails the sa
 SAM has three forms here: vLLM's ``custom_class`` with ``rollout.proposer.SamProposer`` (vLLM 0.23
 to 0.32), the registered method ``sam`` (vLLM >= 0.34), and vllm-ascend's ``ngram`` with
 ``additional_config.sam_spec`` (``rollout.ascend.ngram_route``). Which of the first two the installed
-vLLM has is ``rollout.vllm.routes``' business; its refusal names the version and the other route.
+vLLM has is ``rollout.vllm.routes``' business (which ``rollout.verl`` does not import); the refusal
+(``rollout.engine_kwargs.refusal``) names the version and the other route.
 """
 
 from __future__ import annotations
@@ -14,9 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from rollout.engine_kwargs import SAM_PROPOSER, SETTINGS_KEY
+from rollout.engine_kwargs import CUSTOM_CLASS, SAM_PROPOSER, SETTINGS_KEY, refusal, requested_route
 from rollout.settings import SamSettings
-from rollout.vllm.routes import CUSTOM_CLASS, SAM_METHOD, refusal, requested_route
 
 ASCEND_DEVICE = "npu"
 ASCEND_METHOD = "ngram"
@@ -32,24 +32,18 @@ def sam_requested(engine_kwargs: Mapping[str, Any]) -> bool:
 
 
 def check_sam_engine_kwargs(engine_kwargs: Mapping[str, Any]) -> SamSettings | None:
-    """SamSettings of the request (raises ValueError naming the bad setting), None without SAM.
-    On the ``sam`` route also what that route refuses (the online switch)."""
+    """SamSettings of the request (raises ValueError naming the bad setting), None without SAM."""
     if not sam_requested(engine_kwargs):
         return None
 
     spec = engine_kwargs["speculative_config"]
     extra = engine_kwargs.get("additional_config") or {}
-    settings = SamSettings.from_mapping(spec.get("num_speculative_tokens"), extra.get(SETTINGS_KEY))
-    if requested_route(spec) == SAM_METHOD:
-        from rollout.vllm.speculator import check_settings_for_fixed_width  # (imports numba: only here)
-
-        check_settings_for_fixed_width(settings)
-    return settings
+    return SamSettings.from_mapping(spec.get("num_speculative_tokens"), extra.get(SETTINGS_KEY))
 
 
 def check_route(engine_kwargs: Mapping[str, Any], vllm_version: str, routes: frozenset[str]) -> None:
     """Raise ValueError if the kwargs ask for a SAM route that this vLLM (``vllm_version``, offering
-    ``routes``: ``rollout.vllm.routes.available_routes()``) lacks, naming what to use instead."""
+    ``routes``, as ``rollout.vllm.routes.available_routes()`` finds them) lacks, naming what to use instead."""
     message = refusal(vllm_version, routes, requested_route(engine_kwargs.get("speculative_config") or {}))
     if message is not None:
         raise ValueError(message)

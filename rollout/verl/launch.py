@@ -155,19 +155,38 @@ def check_entry_importable(trainer: str, env: dict) -> None:
         raise RecipeError(f"{module} is not importable: {hint}")
 
 
-def check_installed_vllm(cfg) -> None:
+# the vLLM the trainer will run and its SAM routes, asked in the trainer's environment (rollout.verl does
+# not import rollout.vllm); prints nothing where vLLM is not installed
+VLLM_ROUTES_PROBE = (
+    "import importlib.util, json\n"
+    "if importlib.util.find_spec('vllm') is not None:\n"
+    "    import vllm\n"
+    "    from rollout.vllm.routes import available_routes\n"
+    "    print(json.dumps([getattr(vllm, '__version__', 'unknown'), sorted(available_routes())]))\n"
+)
+
+
+def installed_vllm_routes(env: dict) -> tuple[str, frozenset[str]] | None:
+    """(version, SAM routes) of the vLLM in the trainer's environment; None without vLLM."""
+    probe = subprocess.run([sys.executable, "-c", VLLM_ROUTES_PROBE], env=env, capture_output=True, text=True)
+    if probe.returncode != 0:
+        reason = (probe.stderr.strip().splitlines() or ["no message"])[-1]
+        raise RecipeError(f"vLLM does not import in the trainer's environment ({sys.executable}): {reason}")
+    lines = probe.stdout.strip().splitlines()
+    if not lines:
+        return None
+    version, routes = json.loads(lines[-1])
+    return version, frozenset(routes)
+
+
+def check_installed_vllm(cfg, env: dict) -> None:
     """``--launcher local`` trains here: the recipe's SAM route must exist in the vLLM installed here
-    (a Ray job runs this launcher again on the cluster). Imports vLLM only when SAM is on; skipped
-    where vLLM is not importable."""
-    import importlib.util
-
-    if not cfg.sam.enable or importlib.util.find_spec("vllm") is None:
+    (a Ray job runs this launcher again on the cluster). Asks vLLM only when SAM is on."""
+    if not cfg.sam.enable:
         return
-    import vllm
-
-    from rollout.vllm.routes import available_routes
-
-    check_vllm_route(cfg, getattr(vllm, "__version__", "unknown"), available_routes())
+    found = installed_vllm_routes(env)
+    if found is not None:
+        check_vllm_route(cfg, *found)
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -198,8 +217,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             submission_id = f"sam-{args.recipe}-{time.strftime('%Y%m%d-%H%M%S')}"
             cmd = ray_job_command(launcher_in_job(args), env, submission_id)
         else:
-            with captured(checks_output, True):  # vLLM's import messages: to the log, or shown on failure
-                check_installed_vllm(cfg)
+            check_installed_vllm(cfg, local_env(env))
             overrides = [*overrides, *absolute_path_overrides(cfg)]
             if os.environ.get("RAY_ADDRESS"):
                 overrides += joining_cluster_overrides(cfg)

@@ -20,10 +20,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rollout.engine_kwargs import SAM_PROPOSER
+from rollout.engine_kwargs import CUSTOM_CLASS, SAM_METHOD, SAM_PROPOSER, requested_route
 from rollout.settings import SCHEDULE, SWITCH, THRESHOLD
 from rollout.verl.engine_args import check_route, check_sam_engine_kwargs
-from rollout.vllm.routes import CUSTOM_CLASS, SAM_METHOD, requested_route
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPES = REPO / "recipes"

@@ -15,20 +15,18 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
-from collections.abc import Mapping
 
-from rollout.engine_kwargs import SAM_PROPOSER
+from rollout.engine_kwargs import (  # the routes as the engine arguments ask for them (imports nothing)
+    CUSTOM_CLASS,
+    SAM_METHOD,
+    USE_CUSTOM_CLASS,
+    refusal,
+    requested_route,
+)
 from rollout.patches import CPU, GPU, NPU, replace
 
-SAM_METHOD = "sam"
-CUSTOM_CLASS = "custom_class"
 REGISTRY_MODULE = "vllm.v1.worker.gpu.spec_decode.speculator_config"  # register_speculative_method (>= 0.34)
 CUSTOM_CLASS_MODULE = "vllm.v1.spec_decode.custom_class_proposer"  # create_custom_proposer (0.23 to 0.32)
-
-USE_SAM_METHOD = "speculative_config={'method': 'sam', 'num_speculative_tokens': k}"
-USE_CUSTOM_CLASS = (
-    f"speculative_config={{'method': 'custom_class', 'model': '{SAM_PROPOSER}', 'num_speculative_tokens': k}}"
-)
 
 
 def available_routes() -> frozenset[str]:
@@ -40,41 +38,6 @@ def available_routes() -> frozenset[str]:
     if importlib.util.find_spec(CUSTOM_CLASS_MODULE) is not None:
         routes.add(CUSTOM_CLASS)
     return frozenset(routes)
-
-
-def requested_route(speculative_config) -> str | None:
-    """The route an engine's ``speculative_config`` (a dict, as users pass it) asks for; None if it
-    does not ask for SAM (the Ascend n-gram route is vllm-ascend's business)."""
-    if not isinstance(speculative_config, Mapping):
-        return None
-    method = speculative_config.get("method")
-    if method == SAM_METHOD:
-        return SAM_METHOD
-    if speculative_config.get("model") == SAM_PROPOSER and method in (None, CUSTOM_CLASS):
-        return CUSTOM_CLASS
-    return None
-
-
-def refusal(version: str, routes: frozenset[str], wanted: str | None) -> str | None:
-    """Why SAM cannot run as asked on this vLLM, and what to use instead; None if it can."""
-    if wanted is None or wanted in routes:
-        return None
-    if not routes:
-        return (
-            f"SAM cannot run on vLLM {version}: it has neither the custom_class speculative method "
-            f"(vLLM 0.23 to 0.32) nor register_speculative_method (vLLM >= 0.34). Use vLLM 0.34 with "
-            f"{USE_SAM_METHOD}, or vLLM 0.23 to 0.32 with {USE_CUSTOM_CLASS}; on Ascend, vllm-ascend with "
-            "method 'ngram' and additional_config.sam_spec (docs/vllm-hooks.md)."
-        )
-    if wanted == CUSTOM_CLASS:
-        return (
-            f"vLLM {version} has no custom_class speculative method (its V1 model runner is gone); SAM runs "
-            f"there as a registered method: {USE_SAM_METHOD}, settings unchanged in additional_config.sam_spec."
-        )
-    return (
-        f"vLLM {version} has no register_speculative_method (it came with vLLM 0.34); SAM runs there as "
-        f"{USE_CUSTOM_CLASS}, settings unchanged in additional_config.sam_spec."
-    )
 
 
 def platform_kind() -> str:

