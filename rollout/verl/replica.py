@@ -2,9 +2,10 @@
 
 - ``SamvLLMHttpServer._preprocess_engine_kwargs`` (verl's hook, called in ``launch_server`` before
   the engine arguments are built) checks SAM's settings before the engine starts and routes them
-  to the platform: vLLM's ``custom_class`` proposer on GPU, vllm-ascend's ``ngram`` route with
-  ``additional_config.sam_spec`` on NPU (vllm-ascend does not dispatch ``custom_class``;
-  ``rollout.ascend.ngram_route`` turns that route into SAM).
+  to the platform: on GPU the route asked for (vLLM's ``custom_class`` proposer, vLLM 0.23 to 0.32, or
+  the registered method ``sam``, vLLM >= 0.34; vLLM refuses the one it lacks, naming the other),
+  vllm-ascend's ``ngram`` route with ``additional_config.sam_spec`` on NPU (vllm-ascend does not
+  dispatch ``custom_class``; ``rollout.ascend.ngram_route`` turns that route into SAM).
 - ``SamvLLMHttpServer.sam_spec_metrics`` returns the proposer's counters from every worker
   (verl's own ``collective_rpc`` discards results); ``sam_save_prompt_store`` and
   ``sam_load_prompt_store`` move the prompt store to and from a file (``rollout.verl.checkpoint``).
@@ -51,6 +52,10 @@ class SamvLLMHttpServer(vLLMHttpServer):
     async def sam_load_prompt_store(self, path: str) -> list:
         """Per worker: what its prompt store holds after loading `path`, and why it is empty if it is."""
         return await self.engine.collective_rpc("sam_spec_load_prompt_store", args=(path,))
+
+    async def sam_clear_prompt_store(self) -> list:
+        """Per worker: whether its prompt store was emptied (after a partial load: all workers agree)."""
+        return await self.engine.collective_rpc("sam_spec_clear_prompt_store")
 
 
 class SamvLLMReplica(vLLMReplica):
