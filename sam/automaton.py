@@ -18,7 +18,7 @@ class SuffixAutomaton:
     """
 
     def __init__(self, tokens=None) -> None:
-        self._drafter = BatchDrafter(DraftConfig(k=0, min_match=1, group_aware=False, continuation="first"))
+        self._drafter = BatchDrafter(DraftConfig(k=0, length_policy="fixed", group_aware=False, continuation="first"))
         self._drafter.start(_ONLY, tokens if tokens is not None else [])
         self.match_length = 0
 

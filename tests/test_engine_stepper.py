@@ -220,7 +220,7 @@ def test_bad_settings_name_the_setting(raw, field):
 
 def test_settings_defaults_and_null_threshold():
     s = SamSettings.from_mapping(3, None)
-    assert (s.draft.k, s.switch, s.draft.min_match, s.draft.length_policy) == (3, 8, 1, "fixed")
+    assert (s.draft.k, s.switch, s.draft.min_match, s.draft.length_policy) == (3, 8, 1, "match")
     assert s.draft.group_aware is True
     assert SamSettings.from_mapping(5, {"threshold": None}).switch is None
     with pytest.raises(ValueError, match="num_speculative_tokens"):

@@ -36,7 +36,7 @@ def test_group_siblings_match_brute_force(prompt, data):
     alphabet = max(prompt, default=1) + 1
     siblings = data.draw(st.integers(1, 4))
     appends = data.draw(st.lists(st.tuples(st.integers(0, siblings - 1), st.integers(0, alphabet - 1)), max_size=120))
-    drafter = BatchDrafter(DraftConfig(k=4, group_aware=True, continuation="first"))
+    drafter = BatchDrafter(DraftConfig(k=4, length_policy="fixed", group_aware=True, continuation="first"))
     ref = ReferenceAutomaton()
     shared = ref.add_member()
     for token in prompt:
@@ -63,7 +63,9 @@ def test_history_source_matches_brute_force(data):
     history = data.draw(st.lists(st.lists(sym, min_size=1, max_size=40), min_size=1, max_size=4))
     prompt = data.draw(st.lists(sym, max_size=6))
     steps = data.draw(st.lists(sym, min_size=1, max_size=60))
-    drafter = BatchDrafter(DraftConfig(k=4, group_aware=False, history_tokens=1 << 20, continuation="first"))
+    drafter = BatchDrafter(
+        DraftConfig(k=4, length_policy="fixed", group_aware=False, history_tokens=1 << 20, continuation="first")
+    )
     finish_into_history(drafter, history)
     for own, member, text in appended_one_by_one(drafter, "r", prompt, steps):
         from_own = own.draft(member, 4)
