@@ -46,12 +46,16 @@ def sam_method(key: str, label: str, **settings) -> Method:
 
 FIRST = dict(continuation="first")
 FREQUENT = dict(continuation="frequent")
+ADAPTIVE = dict(continuation="adaptive")
+MATCH = dict(continuation="adaptive", length_policy="match")  # base_k, match_scale: DraftConfig's defaults
 GROUP_HISTORY = dict(group_aware=True, history_tokens=HISTORY_TOKENS)
 METHODS = [
     sam_method("sam_own", "SAM own context, first occurrence", group_aware=False, **FIRST),
     sam_method("sam_group", "SAM group-aware, first occurrence", group_aware=True, **FIRST),
     sam_method("sam_group_history", "SAM group + history, first occurrence", **GROUP_HISTORY, **FIRST),
     sam_method("sam_group_history_frequent", "SAM group + history, frequent", **GROUP_HISTORY, **FREQUENT),
+    sam_method("sam_group_history_adaptive", "SAM group + history, adaptive (default)", **GROUP_HISTORY, **ADAPTIVE),
+    sam_method("sam_group_history_match", "SAM group + history, adaptive, match length", **GROUP_HISTORY, **MATCH),
     sam_method(
         "sam_group_history_confidence",
         "SAM group + history, frequent, confidence 0.1",
@@ -86,6 +90,20 @@ REVISIT_METHODS = [
         "SAM group + 64k history + prompt store, frequent",
         **SMALL_GROUP_HISTORY,
         **FREQUENT,
+        prompt_store=True,
+    ),
+    sam_method(
+        "sam_adaptive_64k_store",
+        "SAM group + 64k history + prompt store, adaptive (default + store)",
+        **SMALL_GROUP_HISTORY,
+        **ADAPTIVE,
+        prompt_store=True,
+    ),
+    sam_method(
+        "sam_match_64k_store",
+        "SAM group + 64k history + prompt store, adaptive, match length",
+        **SMALL_GROUP_HISTORY,
+        **MATCH,
         prompt_store=True,
     ),
     METHODS[-1],  # Arctic suffix decoding (its global cache holds the earlier epoch here)

@@ -86,6 +86,7 @@ class ReplayStats:
             "steps": self.steps,
             "tokens": self.tokens,
             "by_position": dict(zip(bin_labels(self.bin_edges), self.by_position())),
+            "drafted_by_position": dict(zip(bin_labels(self.bin_edges), self.drafted_by_position())),
             "steps_by_position": dict(zip(bin_labels(self.bin_edges), self.bin_steps.tolist())),
         }
 
