@@ -46,7 +46,7 @@ def sam_method(key: str, label: str, **settings) -> Method:
 
 FIRST = dict(continuation="first")
 FREQUENT = dict(continuation="frequent")
-ADAPTIVE = dict(continuation="adaptive")
+ADAPTIVE = dict(continuation="adaptive", length_policy="fixed")  # k tokens at every match
 MATCH = dict(continuation="adaptive", length_policy="match")  # base_k, match_scale: DraftConfig's defaults
 GROUP_HISTORY = dict(group_aware=True, history_tokens=HISTORY_TOKENS)
 METHODS = [
@@ -54,7 +54,9 @@ METHODS = [
     sam_method("sam_group", "SAM group-aware, first occurrence", group_aware=True, **FIRST),
     sam_method("sam_group_history", "SAM group + history, first occurrence", **GROUP_HISTORY, **FIRST),
     sam_method("sam_group_history_frequent", "SAM group + history, frequent", **GROUP_HISTORY, **FREQUENT),
-    sam_method("sam_group_history_adaptive", "SAM group + history, adaptive (default)", **GROUP_HISTORY, **ADAPTIVE),
+    sam_method(
+        "sam_group_history_adaptive", "SAM group + history, adaptive, fixed length", **GROUP_HISTORY, **ADAPTIVE
+    ),
     sam_method("sam_group_history_match", "SAM group + history, adaptive, match length", **GROUP_HISTORY, **MATCH),
     sam_method(
         "sam_group_history_confidence",
@@ -94,7 +96,7 @@ REVISIT_METHODS = [
     ),
     sam_method(
         "sam_adaptive_64k_store",
-        "SAM group + 64k history + prompt store, adaptive (default + store)",
+        "SAM group + 64k history + prompt store, adaptive, fixed length",
         **SMALL_GROUP_HISTORY,
         **ADAPTIVE,
         prompt_store=True,

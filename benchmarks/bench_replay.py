@@ -35,6 +35,7 @@ DRIFT_RATES = (0.05, 0.2)
 SPEED_CONTEXTS = (1024, 8192, 32768)
 SPEED_REPEATS = 3
 CONFIDENCE_REACH = 8  # the confidence length's own cap in the extra rows (the others draft at most k)
+LONG_CAP = 16  # the match length's cap in its extra rows, next to the fixed length at the same cap
 
 
 def sam_methods() -> list[SamDrafter]:
@@ -66,6 +67,10 @@ def sam_methods() -> list[SamDrafter]:
     for p in (0.05, 0.1, 0.2, 0.3):
         config = DraftConfig(**gh, **frequent, length_policy="confidence", min_token_prob=p)
         methods.append(SamDrafter(f"SAM group + history, frequent, confidence {p:g}", config))
+    for policy in ("match", "fixed"):  # long drafts: the match length against k tokens at every match
+        config = DraftConfig(**gh, k=LONG_CAP, length_policy=policy)
+        name = f"{DEFAULT}, {policy} length, cap {LONG_CAP}"
+        methods.append(SamDrafter(name, config, max_draft=LONG_CAP))
     for p in (0.03, 0.05, 0.1, 0.2, 0.3):  # the same, allowed to reach CONFIDENCE_REACH tokens where it is sure
         config = DraftConfig(**gh, **frequent, k=CONFIDENCE_REACH, length_policy="confidence", min_token_prob=p)
         name = f"SAM group + history, frequent, confidence {p:g}, up to {CONFIDENCE_REACH}"
@@ -90,6 +95,9 @@ def revisit_methods(notes: list[str]) -> list:
             SamDrafter(f"{c}, 64k history", DraftConfig(**small, continuation=c)),
             SamDrafter(with_store, DraftConfig(**small, continuation=c, prompt_store=True)),
         ]
+    for policy in ("match", "fixed"):
+        config = DraftConfig(**small, k=LONG_CAP, length_policy=policy, prompt_store=True)
+        methods.append(SamDrafter(f"{STORE}, {policy} length, cap {LONG_CAP}", config, max_draft=LONG_CAP))
     if arctic_available():
         methods.append(ArcticSuffixDrafter())
     else:
@@ -138,7 +146,7 @@ def run_revisits(groups, k: int, notes: list[str]) -> dict:
             label = f"{name}, earlier visit {rate:.0%} replaced"
             runs.append((SamDrafter(label, config), drifted, label))
     for method, run_groups, label in runs:
-        stats = replay_revisits(method, run_groups, k)
+        stats = replay_revisits(method, run_groups, getattr(method, "max_draft", None) or k)
         row = stats.as_dict()
         store = getattr(getattr(method, "drafter", None), "prompt_store", None)
         if store is not None:
