@@ -509,3 +509,19 @@ def assert_plain(value, where="snapshot"):
             assert_plain(item, f"{where}[{i}]")
     else:
         assert value is None or type(value) in (str, int, float, bool), (where, type(value))
+
+
+def test_draft_length_per_request_up_to_the_cap():
+    """k (num_speculative_tokens) 16 with the match length: a long match drafts up to 16 tokens, a short
+    one base_k (3), in the same step; each row's list is its own length (vLLM's ragged custom_class
+    return), and the default length at k 3 drafts 3 for both."""
+    period = list(range(100, 120))
+    long_row, short_row = [1, 2] + period * 2, [40, 41, 42, 40]
+    for k, lengths in ((16, [16, 3]), (3, [3, 3])):
+        st = SamStepper(settings(k=k, threshold=None), max_model_len=W)
+        b = Batch()
+        b.add("long", long_row)  # its last 20 tokens repeat: a match of 20 tokens
+        b.add("short", short_row)  # a match of 1 token
+        out = step(st, b, [[period[-1]], [40]])
+        assert [len(d) for d in out] == lengths
+        assert out[0] == period[: lengths[0]] and out[1] == [41, 42, 40][: lengths[1]]
