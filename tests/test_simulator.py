@@ -480,3 +480,61 @@ def test_log_length_icc():
     assert log_length_icc(shared) == pytest.approx(1.0)
     own = [TraceGroup(prompt, [np.zeros(n, np.int32) for n in rng.integers(10, 2000, 4)]) for _ in range(200)]
     assert abs(log_length_icc(own)) < 0.1
+
+
+# ------------------------------------------------------------------------- long drafts: q past the table
+
+
+def test_table_cost_interpolates_between_and_extends_past_its_measured_q():
+    fn = lambda b, q, c: 5 + 0.5 * b * q + 0.001 * b * c  # noqa: E731 - linear: interpolation and the fit are exact
+    t = TableCost(_rows(fn))  # measured q 1, 2, 4, 5
+    assert [t.q_provenance(q) for q in (1, 3, 5, 9, 17)] == [
+        "measured",
+        "interpolated",
+        "measured",
+        "extrapolated",
+        "extrapolated",
+    ]
+    note = t.q_note(17)
+    assert "interpolated (linear between measured q) q [3]" in note and "q [6, 7, 8, 9," in note
+    for args in [(4, 9, 2048), (16, 17, 8192), (3, 17, 40000)]:
+        assert t(*args) == pytest.approx(fn(*args))
+    grid = t.on_grid(16, np.array([1.0, 9.0, 17.0]), np.array([2048.0, 8192.0]))
+    assert grid[16, 2, 1] == pytest.approx(fn(16, 17.0, 8192.0))
+    assert grid[5, 1, 0] == pytest.approx(t(5, 9.0, 2048.0))
+
+
+def test_table_cost_extension_model_adds_its_increments_past_the_table():
+    fn = lambda b, q, c: 10 + b * q  # noqa: E731
+    saturating = lambda b, q, c: 100 * min(b * q, 20)  # noqa: E731 - e.g. experts that run out
+    t = TableCost(_rows(fn), extension=saturating)
+    assert t(1, 9, 2048) == pytest.approx(fn(1, 5, 2048) + saturating(1, 9, 2048) - saturating(1, 5, 2048))
+    assert t(4, 17, 2048) == pytest.approx(fn(4, 5, 2048))  # saturated at q=5 already
+    assert t(4, 3, 2048) == pytest.approx(fn(4, 3, 2048))  # inside the table the extension is not used
+    grid = t.on_grid(4, np.array([9.0]), np.array([2048.0]))
+    assert grid[1, 0, 0] == pytest.approx(t(1, 9, 2048)) and grid[2, 0, 0] == pytest.approx(t(2, 9, 2048))
+
+
+def test_moe_anchor_prices_the_measured_ratios_and_the_roofline_error_is_reported():
+    from benchmarks.simulator import ANCHOR_CSV, MOE_ANCHOR_CSV, model_error
+    from testkit.data import shared_data_dir
+
+    if not (shared_data_dir() / MOE_ANCHOR_CSV).exists():
+        pytest.skip("shared MoE anchor CSV not present")
+    rates = fit_roofline(TableCost.from_csv(shared_data_dir() / ANCHOR_CSV))
+    table = TableCost.from_csv(shared_data_dir() / MOE_ANCHOR_CSV, extension=MoeRooflineCost(rates))
+    assert 1.6 < table(1, 5, 2048) / table(1, 1, 2048) < 1.7  # measured: 31.62 / 19.21 ms
+    assert 1.15 < table(64, 5, 2048) / table(64, 1, 2048) < 1.25
+    assert table(8, 17, 2048) > table(8, 5, 2048)  # extended, not held
+    error = model_error(MoeRooflineCost(rates), table)
+    assert error["points"] == 96 and 0 < error["ratio_mean"] < error["ratio_max"]
+
+
+def test_acceptance_with_a_long_draft_cap_is_priced_up_to_its_q():
+    """An artifact with k = 16 drafts up to 16 (q up to 17): with free verification and full acceptance the
+    tail runs at 17 tokens a step, against 4 at k = 3."""
+    lengths = [170] * 2
+    st = setup(requests=2, max_num_seqs=2, tail=2, max_response=256)
+    policies = [Policy("off", np.zeros(3, dtype=np.int64)), Policy("k everywhere", np.full(3, 16))]
+    long = run(flat_cost(), AcceptanceProfile.constant(16, 17.0), policies, lengths, st, max_k=16)
+    assert long["k everywhere"]["steps"] == 10 and long["off"]["steps"] == 170
