@@ -43,18 +43,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-DENSE = dict(layers=64, hidden=5120, heads=64, kv_heads=8, head_dim=128, intermediate=25600, vocab=151936)
-MOE = dict(
-    layers=94,
-    hidden=4096,
-    heads=64,
-    kv_heads=4,
-    head_dim=128,
-    experts=128,
-    top_k=8,
-    moe_intermediate=1536,
-    vocab=151936,
-)
+from benchmarks.model_shapes import QWEN3_32B, QWEN3_235B_A22B
+
+DENSE, MOE = QWEN3_32B, QWEN3_235B_A22B
 TINY_DENSE = dict(layers=64, hidden=64, heads=4, kv_heads=2, head_dim=16, intermediate=128, vocab=1000)
 TINY_MOE = dict(
     layers=94, hidden=64, heads=4, kv_heads=2, head_dim=16, experts=16, top_k=2, moe_intermediate=32, vocab=1000

@@ -53,6 +53,7 @@ from numba import njit
 
 from benchmarks.acceptance_curves import power_of_two_edges
 from benchmarks.drafters import SamDrafter
+from benchmarks.model_shapes import QWEN3_32B, QWEN3_235B_A22B
 from benchmarks.replay import EARLIER_VISIT, ReplayStats, replay_group
 from rollout.draft_scoring import ROUND_ROWS
 from sam import DraftConfig, auto_switch
@@ -315,21 +316,6 @@ def model_error(model, table: TableCost) -> dict:
         ratio_mean=float(ratio.mean()),
         ratio_max=float(ratio.max()),
     )
-
-
-# Shapes (public model configs): per-layer parameter counts and KV heads
-QWEN3_32B = dict(layers=64, hidden=5120, heads=64, kv_heads=8, head_dim=128, intermediate=25600, vocab=151936)
-QWEN3_235B_A22B = dict(
-    layers=94,
-    hidden=4096,
-    heads=64,
-    kv_heads=4,
-    head_dim=128,
-    experts=128,
-    top_k=8,
-    moe_intermediate=1536,
-    vocab=151936,
-)
 
 
 def _attn_params(s: dict) -> float:
