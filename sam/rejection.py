@@ -750,8 +750,12 @@ class _BatchLayout:
         starts = np.cumsum(counts) - counts
         token_request = np.repeat(np.arange(counts.shape[0], dtype=np.int64), counts)
         token_position = np.arange(token_request.shape[0], dtype=np.int64) - starts[token_request]
-        # One host-to-device copy for all four.
-        packed = torch.from_numpy(np.concatenate([token_request, token_position, starts, counts])).to(device)
+        # One host-to-device copy for all four; from pinned memory it does not wait for the device's queue.
+        packed = torch.from_numpy(np.concatenate([token_request, token_position, starts, counts]))
+        if device.type == "cuda":
+            packed = packed.pin_memory().to(device, non_blocking=True)
+        else:
+            packed = packed.to(device)
         num_tokens, batch_size = token_request.shape[0], counts.shape[0]
         return cls(*packed.split([num_tokens, num_tokens, batch_size, batch_size]), int(counts.max(initial=0)))
 
