@@ -88,14 +88,14 @@ def test_drafts_follow_rows_when_rows_move():
 
 
 def test_never_more_than_k_and_not_past_max_model_len():
-    st = SamStepper(settings(k=4, threshold=None), max_model_len=W)
+    st = SamStepper(settings(k=4, threshold=None, length_policy="fixed"), max_model_len=W)
     b = Batch()
     b.add("a", PERIOD * 4)
     out = step(st, b, [[9]])
     assert len(out[0]) == 4
     out = step(st, b, [[9]], k=2)  # the scheduler's per-step K caps it further
     assert len(out[0]) == 2
-    st2 = SamStepper(settings(k=4, threshold=None), max_model_len=22)
+    st2 = SamStepper(settings(k=4, threshold=None, length_policy="fixed"), max_model_len=22)
     out = step(st2, b, [[9]])
     assert len(out[0]) == 2  # 20 tokens, max_model_len 22
 
