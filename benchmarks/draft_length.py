@@ -64,7 +64,7 @@ EPOCHS = ("first_epoch", "revisits")
 
 def candidates() -> dict[str, DraftConfig]:
     """Every setting replayed: the fixed length at FIXED_CAPS, the match length over the grid at CAPS."""
-    out = {f"fixed, cap {k}": DraftConfig(k=k) for k in FIXED_CAPS}
+    out = {f"fixed, cap {k}": DraftConfig(k=k, length_policy="fixed") for k in FIXED_CAPS}
     for k in CAPS:
         for scale in MATCH_SCALES:
             for prob in MIN_TOKEN_PROBS:
@@ -177,7 +177,10 @@ def run_speed(match: DraftConfig, out: Path) -> dict:
 
     _, groups = load_trace_set(QWEN25MATH)
     corpus = np.concatenate([r for g in groups for r in g.responses])
-    configs = {"fixed_cap3": DraftConfig(group_aware=False), "match_cap16": replace(match, group_aware=False)}
+    configs = {
+        "fixed_cap3": DraftConfig(group_aware=False, length_policy="fixed"),
+        "match_cap16": replace(match, group_aware=False),
+    }
     t0 = time.perf_counter()
     shares = speed.anchor_shares(corpus, speed.anchor_steps(ANCHOR), configs, SPEED_REPEATS)
     report = {
