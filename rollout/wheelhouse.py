@@ -23,7 +23,8 @@ numba, which vLLM requires anyway.
 Caches, under ``~/.cache/sam-spec-rollout/wheelhouse`` (override: SAM_WHEELHOUSE_CACHE): the pinned pip
 that resolves, one resolution per (target, requirements, freeze list, pip), and one pool of wheels by
 file name (a wheel's name carries its version and tags), each checked against the index's sha256. A
-second run with the same input reaches no network.
+second run with the same input reaches no network, and gives the same wheels even after new releases
+(delete the cache to resolve afresh).
 """
 
 from __future__ import annotations
@@ -449,6 +450,7 @@ def build(
 ) -> Wheelhouse:
     if not VERSION.match(vllm_version):
         raise WheelhouseError(f"vLLM version {vllm_version!r} is not a version (for example 0.26.0)")
+    _check_out(out)
     frozen = dict(frozen or {})
     cache = cache or cache_dir()
     python = python or f"python{target.python_version}"
@@ -459,7 +461,6 @@ def build(
     refused = [c for c in conflicts if c.name not in replace]
     if refused:
         raise ConflictError(refused)
-    _check_out(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))  # renamed to out when complete
     try:
