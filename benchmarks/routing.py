@@ -1,29 +1,40 @@
-"""Where verl's requests land: the real balancers (verl 0.9.1's default, and ours in both policies) fed
-DAPO rollout batches the way verl's agent loop sends them, over several epochs; counts, not times.
+"""Where verl's requests land: the real balancers (verl 0.9.1's default, ours in both policies, and the
+request-count bound ours had before) fed DAPO rollout batches over several epochs, on a simulated clock;
+counts and simulated seconds, not wall time.
 
     .venv-verl/bin/python -m benchmarks.routing [--out benchmarks/results/routing_<date>.json]
 
-Each batch: every prompt's n samples acquire a replica in turn (siblings adjacent, as verl repeats the
-batch), then all release in a random order (a sync DAPO step). Reported per setup and balancer:
-- group co-location: for each request, the share of its group's earlier requests in this batch that
-  sit on its replica (1.0: the whole group on one engine, where the drafter can use every sibling);
-- revisit store share: for each request of a prompt seen in an earlier epoch, the share of that
-  prompt's last visit that ran on its replica, whose prompt store holds those responses (1.0: the
-  group came back whole to where its store is; about 1/R when groups are spread);
-- in-flight max/mean: the replicas' peak requests in flight in a batch, max over mean; worst and mean
-  over the batches.
-Needs verl (its balancer); runs in about a minute.
+Each request's length (its seconds in flight) is drawn per prompt and per sample: log-normal, with the
+prompt's share of the log-variance 0.79 (the log-length ICC of the Qwen traces), so one prompt's samples
+are long or short together. A batch's requests acquire a replica one after another (siblings adjacent,
+as verl repeats the batch) and each releases when its length has passed. Patterns:
+- steady: equal batches, the next once the last has finished (a sync DAPO step);
+- shrink_grow: batch sizes 1, 1/2, 1/4, 1/2, 1, ... of the setup's, sync;
+- overlap: equal batches, the next arriving once half the last's requests have finished (async);
+- mixed_groups: steady, with each prompt's group 1/4, 1/2 or all of n samples.
+Reported per setup, pattern and balancer:
+- group co-location: for each request, the share of its group's earlier requests in this batch that sit
+  on its replica (1.0: the whole group on one engine, where the drafter can use every sibling);
+- revisit store share: for each request of a prompt seen before, the share of that prompt's last visit
+  that ran on its replica, whose prompt store holds those responses (1.0: the group came back whole);
+- in-flight max/mean: the integral over time of the most loaded replica's in-flight requests over that
+  of the mean over replicas (simultaneous load; 1.0: the replicas always equally loaded), and the same
+  in work (each in-flight request weighing its length);
+- work max/mean per batch: the replicas' summed request lengths in a batch, max over mean; worst and
+  mean over batches.
+Needs verl (its balancer); runs in a few minutes.
 """
 
 from __future__ import annotations
 
 import argparse
+import heapq
 import json
+import math
 import random
 import sys
 import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -40,74 +51,199 @@ class Setup:
 
 SETUPS = (
     # the CPU preset with 2 replicas, 8 prompts (the two-replica A/B's revisit regime)
-    Setup("cpu_2replicas", prompts=8, batch_prompts=4, n=4, replicas=2, epochs=6),
+    Setup("cpu_2replicas", prompts=8, batch_prompts=4, n=4, replicas=2, epochs=8),
     # Qwen3-32B: 4 replicas (2 nodes x 16 / TP 8), 96 prompts in flight (32 x 3 generation batches), n=16
     Setup("qwen3_32b", prompts=960, batch_prompts=96, n=16, replicas=4, epochs=3),
     # Qwen3-235B-A22B: 32 replicas (8 nodes x 16 / TP 4), 128 prompts a batch, n=16
     Setup("qwen3_235b", prompts=1280, batch_prompts=128, n=16, replicas=32, epochs=3),
 )
-BALANCERS = ("verl_default", "least_loaded", "prompt_affinity")
+PATTERNS = ("steady", "shrink_grow", "overlap", "mixed_groups")
+BALANCERS = ("verl_default", "least_loaded", "request_bound", "prompt_affinity")
+LOG_LENGTH_SD = 0.8  # of a request's log length
+LENGTH_ICC = 0.79  # the prompt's share of the log-length variance
+SHRINK_GROW = (1, 2, 4, 2)  # batch size divisors, in turn
+ARRIVAL_GAP_S = 1e-4  # between a batch's acquires (verl sends a batch at once)
 
 
-def make_balancer(kind: str, servers: dict):
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def request_bound_class():
+    """The bound ours had before (d5592da): requests, not work, against the larger of the in-flight
+    total with the largest group seen and the last busy period's peak; the largest group only grows."""
+    from rollout.verl.router import SamLoadBalancer
+
+    class RequestBound(SamLoadBalancer):
+        largest_group = 1
+        burst_peak = 0
+        last_burst_peak = 0
+
+        def acquire_server(self, request_id, prompt_ids=None, **extra):
+            out = super().acquire_server(request_id, prompt_ids=prompt_ids, **extra)
+            self.burst_peak = max(self.burst_peak, self.get_total_inflight())
+            flight = self._flights[request_id]
+            if flight.key is not None and flight.key in self._groups:
+                self.largest_group = max(self.largest_group, self._groups[flight.key].inflight)
+            return out
+
+        def release_server(self, server_id, request_id=None):
+            super().release_server(server_id, request_id)
+            if self.burst_peak and not self.get_total_inflight():
+                self.last_burst_peak, self.burst_peak = self.burst_peak, 0
+
+        def _bound(self, key):
+            size = self.largest_group
+            total = max(self.get_total_inflight() + size, self.last_burst_peak)
+            return math.ceil(self.settings.load_bound * total / len(self._inflight_requests) - 1e-9), size
+
+        def _choose(self, key):
+            group = self._groups.get(key)
+            if group is not None:
+                live = [sid for sid in group.on_server if sid in self._inflight_requests]
+                if live:
+                    return max(live, key=lambda sid: group.on_server[sid])
+            order = self._preference(key)
+            bound, size = self._bound(key)
+            for sid in order:
+                if self._inflight_requests[sid] + size <= bound:
+                    return sid
+            return min(order, key=lambda sid: self._inflight_requests[sid])
+
+    return RequestBound
+
+
+def make_balancer(kind: str, servers: dict, clock: Clock):
     from verl.workers.rollout.router import GlobalRequestLoadBalancer
 
     from rollout.verl.router import SamLoadBalancer
 
     if kind == "verl_default":
         return GlobalRequestLoadBalancer(dict(servers))
-    return SamLoadBalancer(dict(servers), {"policy": kind})
+    if kind == "request_bound":
+        return request_bound_class()(dict(servers), {"policy": "prompt_affinity"}, clock=clock)
+    lb = SamLoadBalancer(dict(servers), {"policy": kind}, clock=clock)
+    lb.set_ring_names({sid: f"rollout_{i}" for i, sid in enumerate(servers)})
+    return lb
 
 
-def run_setup(setup: Setup, kind: str, seed: int = 0) -> dict:
+class LoadIntegral:
+    """∫ max_r L_r dt and ∫ mean_r L_r dt of in-flight requests and of in-flight work (lengths)."""
+
+    def __init__(self, servers) -> None:
+        self.requests = dict.fromkeys(servers, 0)
+        self.work = dict.fromkeys(servers, 0.0)
+        self.at = 0.0
+        self.sums = np.zeros(4)
+
+    def advance(self, now: float) -> None:
+        dt = now - self.at
+        if dt > 0:
+            r, w = list(self.requests.values()), list(self.work.values())
+            self.sums += dt * np.array([max(r), np.mean(r), max(w), np.mean(w)])
+        self.at = now
+
+    def ratios(self) -> tuple[float, float]:
+        s = self.sums
+        return float(s[0] / s[1]) if s[1] else 1.0, float(s[2] / s[3]) if s[3] else 1.0
+
+
+def run_setup(setup: Setup, kind: str, pattern: str, seed: int = 0) -> dict:
     rng = np.random.default_rng(seed)
     prompts = [rng.integers(0, 150_000, size=int(rng.integers(64, 512))).tolist() for _ in range(setup.prompts)]
+    prompt_log_mean = rng.normal(0.0, LOG_LENGTH_SD * math.sqrt(LENGTH_ICC), setup.prompts)
+    sample_sd = LOG_LENGTH_SD * math.sqrt(1 - LENGTH_ICC)
+    sizes = [setup.n] * setup.prompts
+    if pattern == "mixed_groups":
+        sizes = [max(1, setup.n // int(rng.choice([1, 2, 4]))) for _ in range(setup.prompts)]
     servers = {f"10.0.0.{i}:8000": i for i in range(setup.replicas)}
-    lb = make_balancer(kind, servers)
+    clock = Clock()
+    lb = make_balancer(kind, servers, clock)
     sends_prompt = "prompt_ids" in lb.require_acquire_fields()
     order_rng = random.Random(seed)
     random.seed(seed)  # verl's default breaks ties with the module's random
-    last_visit: dict[int, list[str]] = {}
-    colocation, store_share, ratios = [], [], []
-    for epoch in range(setup.epochs):
+    batches = []  # each batch's prompts
+    for _epoch in range(setup.epochs):
         order = list(range(setup.prompts))
         order_rng.shuffle(order)
-        for start in range(0, setup.prompts, setup.batch_prompts):
-            held, peak, inflight = [], dict.fromkeys(servers, 0), dict.fromkeys(servers, 0)
-            placed_now: dict[int, list[str]] = {}
-            for p in order[start : start + setup.batch_prompts]:
-                for j in range(setup.n):
-                    rid = f"{epoch}-{p}-{j}"
-                    extra = {"prompt_ids": prompts[p]} if sends_prompt else {}
-                    sid, _ = lb.acquire_server(request_id=rid, **extra)
-                    earlier = placed_now.setdefault(p, [])
-                    if earlier:
-                        colocation.append(earlier.count(sid) / len(earlier))
-                    earlier.append(sid)
-                    if p in last_visit:
-                        store_share.append(last_visit[p].count(sid) / len(last_visit[p]))
-                    inflight[sid] += 1
-                    peak[sid] = max(peak[sid], inflight[sid])
-                    held.append((sid, rid))
-            last_visit.update(placed_now)
-            order_rng.shuffle(held)
-            for sid, rid in held:
-                lb.release_server(sid, request_id=rid)
-            ratios.append(max(peak.values()) / (sum(peak.values()) / len(peak)))
+        start, turn = 0, 0
+        while start < setup.prompts:
+            size = setup.batch_prompts // (SHRINK_GROW[turn % len(SHRINK_GROW)] if pattern == "shrink_grow" else 1)
+            batches.append(order[start : start + max(size, 1)])
+            start += max(size, 1)
+            turn += 1
+    load = LoadIntegral(servers)
+    last_visit: dict[int, list[str]] = {}
+    colocation, store_share, work_ratios = [], [], []
+    events: list = []  # (time, seq, request id, server, length)
+    seq = 0
+    now = 0.0
+    for b, batch in enumerate(batches):
+        releases_wanted = 0
+        if b and pattern == "overlap":  # arrive once half of the last batch has finished
+            releases_wanted = sum(sizes[p] for p in batches[b - 1]) // 2
+        while events and (pattern != "overlap" or releases_wanted > 0):
+            t, _, rid, sid, length = heapq.heappop(events)
+            now = clock.now = t
+            load.advance(t)
+            lb.release_server(sid, request_id=rid)
+            load.requests[sid] -= 1
+            load.work[sid] -= length
+            releases_wanted -= 1
+        placed_now: dict[int, list[str]] = {}
+        work_here = dict.fromkeys(servers, 0.0)
+        for p in batch:
+            for j in range(sizes[p]):
+                now += ARRIVAL_GAP_S
+                clock.now = now
+                load.advance(now)
+                rid = f"{b}-{p}-{j}"
+                extra = {"prompt_ids": prompts[p]} if sends_prompt else {}
+                sid, _ = lb.acquire_server(request_id=rid, **extra)
+                earlier = placed_now.setdefault(p, [])
+                if earlier:
+                    colocation.append(earlier.count(sid) / len(earlier))
+                earlier.append(sid)
+                if p in last_visit:
+                    store_share.append(last_visit[p].count(sid) / len(last_visit[p]))
+                length = float(np.exp(prompt_log_mean[p] + rng.normal(0.0, sample_sd)))
+                load.requests[sid] += 1
+                load.work[sid] += length
+                work_here[sid] += length
+                heapq.heappush(events, (now + length, seq, rid, sid, length))
+                seq += 1
+        last_visit.update(placed_now)
+        work_ratios.append(max(work_here.values()) / np.mean(list(work_here.values())))
+    while events:
+        t, _, rid, sid, length = heapq.heappop(events)
+        clock.now = t
+        load.advance(t)
+        lb.release_server(sid, request_id=rid)
+        load.requests[sid] -= 1
+        load.work[sid] -= length
+    inflight, work = load.ratios()
     return {
         "group_colocation": float(np.mean(colocation)),
         "revisit_store_share": float(np.mean(store_share)) if store_share else None,
-        "inflight_max_over_mean_worst": float(max(ratios)),
-        "inflight_max_over_mean_mean": float(np.mean(ratios)),
-        "batches": len(ratios),
-        "requests": setup.prompts * setup.n * setup.epochs,
+        "inflight_max_over_mean": inflight,
+        "inflight_work_max_over_mean": work,
+        "batch_work_max_over_mean_worst": float(max(work_ratios)),
+        "batch_work_max_over_mean_mean": float(np.mean(work_ratios)),
+        "batches": len(batches),
+        "requests": seq,
     }
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", type=Path, help="write the table as JSON here")
-    p.add_argument("--seeds", type=int, default=3, help="runs per setup and balancer (data and tie-breaking)")
+    p.add_argument("--out", help="write the table as JSON here")
+    p.add_argument("--seeds", type=int, default=3, help="runs per setup, pattern and balancer (data and tie-breaking)")
+    p.add_argument("--setups", nargs="*", default=[s.name for s in SETUPS], help="which setups")
+    p.add_argument("--patterns", nargs="*", default=list(PATTERNS), help="which patterns")
     args = p.parse_args(argv)
     try:
         import verl  # noqa: F401
@@ -118,23 +254,30 @@ def main(argv=None) -> int:
         return 2
     t0 = time.perf_counter()
     rows = []
-    print("setup          balancer         co-location  revisit store share  in-flight max/mean worst (mean)")
-    for setup in SETUPS:
-        for kind in BALANCERS:
-            runs = [run_setup(setup, kind, seed) for seed in range(args.seeds)]
-            row = {"setup": asdict(setup), "balancer": kind, "runs": runs}
-            rows.append(row)
-            co = [r["group_colocation"] for r in runs]
-            rv = [r["revisit_store_share"] for r in runs]
-            worst = [r["inflight_max_over_mean_worst"] for r in runs]
-            mean = [r["inflight_max_over_mean_mean"] for r in runs]
-            print(
-                f"{setup.name:<14} {kind:<16} {min(co):.3f}-{max(co):.3f}  {min(rv):.3f}-{max(rv):.3f}"
-                f"          {max(worst):.3f} ({np.mean(mean):.3f})"
-            )
+    print("setup          pattern       balancer         co-location  store share  in-flight m/m  work m/m  "
+          "batch work m/m worst (mean)")  # fmt: skip
+    for setup in (s for s in SETUPS if s.name in args.setups):
+        for pattern in args.patterns:
+            for kind in BALANCERS:
+                runs = [run_setup(setup, kind, pattern, seed) for seed in range(args.seeds)]
+                rows.append({"setup": asdict(setup), "pattern": pattern, "balancer": kind, "runs": runs})
+
+                def span(name, runs=runs):
+                    v = [r[name] for r in runs if r[name] is not None]
+                    return f"{min(v):.3f}-{max(v):.3f}" if v else "-"
+
+                print(
+                    f"{setup.name:<14} {pattern:<13} {kind:<16} {span('group_colocation')}  "
+                    f"{span('revisit_store_share')}  {span('inflight_max_over_mean')}  "
+                    f"{span('inflight_work_max_over_mean')}  "
+                    f"{max(r['batch_work_max_over_mean_worst'] for r in runs):.3f} "
+                    f"({np.mean([r['batch_work_max_over_mean_mean'] for r in runs]):.3f})",
+                    flush=True,
+                )
     print(f"({time.perf_counter() - t0:.0f} s)")
     if args.out:
-        args.out.write_text(json.dumps({"seeds": args.seeds, "rows": rows}, indent=1) + "\n")
+        with open(args.out, "w") as f:
+            f.write(json.dumps({"seeds": args.seeds, "rows": rows}, indent=1) + "\n")
         print(f"wrote {args.out}")
     return 0
 

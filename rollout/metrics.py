@@ -8,6 +8,7 @@ turns the snapshots of several engines into one training step's ``rollout/sam_*`
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -55,6 +56,7 @@ class SamMetrics:
         self.finished = 0
         self.started_with_store = 0  # started requests whose prompt had responses in the prompt store
         self.peak_drafter_nbytes = 0  # sampled every NBYTES_EVERY calls
+        self.instance = uuid.uuid4().hex  # a restarted engine's counters are new ones, even where larger
 
     def as_dict(self) -> dict:
         m = max(self.num_measured_drafts, 1)
@@ -80,6 +82,7 @@ class SamMetrics:
             "requests_finished": self.finished,
             "requests_with_store": self.started_with_store,
             "peak_drafter_nbytes": self.peak_drafter_nbytes,
+            "instance": self.instance,
         }
 
 
@@ -95,7 +98,7 @@ def counters_delta(after: Mapping[str, Any], before: Mapping[str, Any] | None) -
     restarted, and then ``after`` is the delta."""
     now = counters_of(after)
     prev = counters_of(before or {})
-    if any(now[n] < prev[n] for n in now):
+    if any(now[n] < prev[n] for n in now) or (before and before.get("instance") != after.get("instance")):
         return now
     return {n: now[n] - prev[n] for n in now}
 

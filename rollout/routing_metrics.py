@@ -1,7 +1,8 @@
 """Per-step routing metrics from the rollout router's cumulative snapshots (``SamLoadBalancer.routing_stats``).
 
 Both arms of an A/B report them: the SAM arm's prompt-affinity router and the baseline's, which
-routes as verl's default does and only measures.
+routes as verl's default does and only measures. Each metric's numerator counts a subset of what its
+denominator counts (docs/metrics.md defines each in one line):
 
 - ``rollout/requests``: requests routed in the step (a DAPO step with refills routes several batches);
 - ``rollout/route_group_colocation``: for each request that started while siblings of its group were in
@@ -10,12 +11,12 @@ routes as verl's default does and only measures.
   whose earlier visit ended, and, averaged over them, the share of that prompt's last visit that ran on
   the request's replica (where its stored responses are; 1.0 when groups return whole to their replica,
   about 1/R under verl's default routing);
-- ``rollout/route_inflight_max_over_mean``: the replicas' peak in-flight requests in the step, max over
-  mean; ``rollout/route_requests_max_over_mean``: requests routed per replica, max over mean;
-- ``rollout/sam_store_hit_rate_on_revisits``: requests that started with their prompt's stored responses
-  on their engine (SAM's counter) over revisit requests (the router's), where both are measured. Under
-  verl's default routing a group spread over every replica leaves part of its responses on each, so this
-  reads high there; the store share above says how much of the store a request finds.
+- ``rollout/route_inflight_max_over_mean`` (and ``..._work_...``): the replicas' simultaneous load over
+  the step, the integral over time of the most loaded replica's in-flight requests (work) over the
+  integral of the mean over replicas, sampled at every routing event; ``rollout/route_requests_max_over_mean``:
+  requests routed per replica in the step, max over mean;
+- ``rollout/sam_store_hit_rate``: of the requests SAM's engines started in the step, the share that
+  found their prompt's stored responses on their engine (both counts are the engines').
 """
 
 from __future__ import annotations
@@ -31,14 +32,24 @@ COUNTERS = (
     "revisit_requests",
     "revisit_store_share_sum",
     "overflowed_groups",
+    "load_max_integral",
+    "load_mean_integral",
+    "work_max_integral",
+    "work_mean_integral",
 )
-STORE_HITS = "rollout/sam_requests_with_store"  # SAM's per-step counter (rollout.metrics)
+STORE_HITS = "rollout/sam_requests_with_store"  # SAM's per-step counters (rollout.metrics)
+STARTED = "rollout/sam_requests_started"
 
 
 def _max_over_mean(values) -> float:
     values = [float(v) for v in values]
     mean = sum(values) / len(values) if values else 0.0
     return max(values) / mean if mean > 0 else 1.0
+
+
+def _share(part: float, whole: float) -> float:
+    """part / whole for counts where part counts a subset of whole's items; clipped against float sums."""
+    return min(max(part / whole, 0.0), 1.0)
 
 
 class RoutingStepTracker:
@@ -51,31 +62,37 @@ class RoutingStepTracker:
         if not snapshot:
             return {}
         prev = self._previous or {}
-        restarted = any(float(snapshot.get(n, 0)) < float(prev.get(n, 0)) for n in COUNTERS)
+        now_by_server = snapshot.get("requests_by_server", {})
+        before = prev.get("requests_by_server", {})
+        restarted = any(float(snapshot.get(n, 0)) < float(prev.get(n, 0)) for n in COUNTERS) or any(
+            n < before.get(s, 0) for s, n in now_by_server.items()
+        )  # a counter went back: a new router, counting from zero
         d = {n: float(snapshot.get(n, 0)) - (0.0 if restarted else float(prev.get(n, 0))) for n in COUNTERS}
-        before = {} if restarted else prev.get("requests_by_server", {})
-        per_server = {s: n - before.get(s, 0) for s, n in snapshot.get("requests_by_server", {}).items()}
+        per_server = {s: n - (0 if restarted else before.get(s, 0)) for s, n in now_by_server.items()}
         self._previous = snapshot
+        replicas = max(len(per_server), 1)
         out = {
             "rollout/requests": d["requests"],
             "rollout/route_revisit_requests": d["revisit_requests"],
             "rollout/route_overflowed_groups": d["overflowed_groups"],
             "rollout/route_replicas": float(len(per_server)),
             "rollout/route_requests_max_over_mean": _max_over_mean(per_server.values()),
-            "rollout/route_inflight_max_over_mean": _max_over_mean(
-                snapshot.get("peak_inflight_by_server", {}).values()
-            ),
         }
+        for name, top, mean in (("inflight", "load_max_integral", "load_mean_integral"),
+                                ("inflight_work", "work_max_integral", "work_mean_integral")):  # fmt: skip
+            ratio = d[top] / d[mean] if d[mean] > 0 else 1.0
+            out[f"rollout/route_{name}_max_over_mean"] = min(max(ratio, 1.0), float(replicas))
         if d["sibling_observations"]:
-            out["rollout/route_group_colocation"] = d["colocated_share_sum"] / d["sibling_observations"]
+            out["rollout/route_group_colocation"] = _share(d["colocated_share_sum"], d["sibling_observations"])
         if d["revisit_requests"]:
-            out["rollout/route_revisit_store_share"] = d["revisit_store_share_sum"] / d["revisit_requests"]
+            out["rollout/route_revisit_store_share"] = _share(d["revisit_store_share_sum"], d["revisit_requests"])
         return out
 
 
-def store_hit_rate_on_revisits(step: Mapping[str, float]) -> dict[str, float]:
-    """SAM's requests that found their prompt's store over the router's revisit requests, in one step."""
-    revisits = step.get("rollout/route_revisit_requests", 0.0)
-    if STORE_HITS not in step or not revisits:
+def store_hit_rate(step: Mapping[str, float]) -> dict[str, float]:
+    """Of the requests SAM's engines started in the step, the share that started with their prompt's
+    stored responses (both counted by the engines, so the rate is in [0, 1])."""
+    started = step.get(STARTED, 0.0)
+    if STORE_HITS not in step or not started:
         return {}
-    return {"rollout/sam_store_hit_rate_on_revisits": step[STORE_HITS] / revisits}
+    return {"rollout/sam_store_hit_rate": step[STORE_HITS] / started}

@@ -6,13 +6,17 @@ servers run. ``wrap()`` wraps both (idempotent); ``install()``, called by ``roll
 Ray worker, has it done when a process (the trainer's) imports that module:
 
 - after a save, every rollout replica with the prompt store on writes its store to
-  ``<default_local_dir>/global_step_<N>/sam_prompt_store/rollout_<replica_rank>.npz``
-  (docs/prompt-store.md); as verl does for the actor, only this run's newest
-  ``trainer.max_actor_ckpt_to_keep`` checkpoints keep theirs;
-- after a resume from ``global_step_<N>``, every such replica loads its rank's file. A replica keeps its
-  rank across restarts and the router sends a prompt to the same rank, so rank r's file is rank r's;
-- our router's memory of which replica ranks served each prompt (``router.json``) is saved and loaded
-  beside the stores, so a prompt the load bound had moved goes back to where its responses are.
+  ``<default_local_dir>/global_step_<N>/sam_prompt_store/<key>.npz`` (docs/prompt-store.md), the key
+  being the replica's own (``rollout_<replica_rank><name suffix>``; a second rollout server manager's
+  replicas are prefixed ``manager<i>_``, so no two replicas share a file); as verl does for the actor,
+  only this run's newest ``trainer.max_actor_ckpt_to_keep`` checkpoints keep theirs;
+- after a resume from ``global_step_<N>``, every such replica loads its key's file into every worker.
+  Where only some workers of an engine loaded it, every worker of that engine is emptied (its workers
+  must hold the same store to draft alike). Our router names replicas by the same keys, so a prompt
+  goes to the replica whose file holds it;
+- our router's memory of which replicas served each prompt, what its requests cost, and what its load
+  bound learned (``router.json``) is saved and loaded beside the stores, so a resumed router routes as
+  the uninterrupted one would.
 
 The engines' workers read and write the files, so paths are absolute and the folder must be one they
 can reach. Nothing here stops training: a store that cannot be saved is logged as an error, one that
@@ -24,7 +28,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-from collections.abc import Iterable
+from collections.abc import Mapping
 from typing import Any
 
 from rollout.import_hooks import after_import
@@ -108,8 +112,8 @@ def resumed_checkpoint_folder(trainer_config, global_steps: int) -> str | None:
     return saved_checkpoint_folder(trainer_config, global_steps)  # auto: the tracker's global_step_<N>
 
 
-def store_path(checkpoint_folder: str, replica_rank: int) -> str:
-    return os.path.join(checkpoint_folder, STORE_DIR, f"rollout_{replica_rank}.npz")
+def store_path(checkpoint_folder: str, store_key: str) -> str:
+    return os.path.join(checkpoint_folder, STORE_DIR, f"{store_key}.npz")
 
 
 def checkpoints_kept(trainer_config) -> int | None:
@@ -120,54 +124,93 @@ def checkpoints_kept(trainer_config) -> int | None:
 
 
 # -- which replicas, and the calls ------------------------------------------------------------------
-def prompt_store_replicas(trainer) -> list:
-    """The trainer's rollout replicas (those of every rollout server manager) with the store on."""
+def prompt_store_replicas(trainer) -> dict[str, Any]:
+    """{store key: replica} of the trainer's rollout replicas (those of every rollout server manager)
+    with the store on. The key is the replica's (``sam_key``); a later manager's are prefixed with its
+    index, so two managers' rank-r replicas never share a file."""
     managers = trainer._rollout_server_managers()  # verl's list of the managers that serve rollout
-    replicas = [r for m in managers for r in m.get_replicas()]
-    return [r for r in replicas if getattr(r, "sam_prompt_store", False) and r.servers]
+    out = {}
+    for i, manager in enumerate(managers):
+        for r in manager.get_replicas():
+            if getattr(r, "sam_prompt_store", False) and r.servers:
+                key = r.sam_key if i == 0 else f"manager{i}_{r.sam_key}"
+                if key in out:
+                    raise ValueError(f"two rollout replicas have the prompt store key {key!r}")
+                out[key] = r
+    return out
 
 
-def save_prompt_stores(replicas: Iterable[Any], checkpoint_folder: str) -> None:
+def save_prompt_stores(replicas: Mapping[str, Any], checkpoint_folder: str) -> None:
     """Each replica's first server (node rank 0 owns the engine) saves its store; one line each."""
-    paths = {r.replica_rank: store_path(checkpoint_folder, r.replica_rank) for r in replicas}
-    refs = {r.replica_rank: r.servers[0].sam_save_prompt_store.remote(paths[r.replica_rank]) for r in replicas}
-    for rank, per_worker in _results(refs).items():
+    paths = {key: store_path(checkpoint_folder, key) for key in replicas}
+    refs = {key: r.servers[0].sam_save_prompt_store.remote(paths[key]) for key, r in replicas.items()}
+    for key, per_worker in _results(refs).items():
         saved = next((w for w in per_worker if w), None) if isinstance(per_worker, list) else None
         if saved is not None and "error" not in saved:
             print(
-                f"[sam] prompt store of rollout replica {rank}: saved {saved['prompts']} prompts, "
+                f"[sam] prompt store of {key}: saved {saved['prompts']} prompts, "
                 f"{saved['tokens']} tokens ({saved['file_bytes'] / 2**20:.1f} MiB) to {saved['path']}",
                 flush=True,
             )
         else:
             reason = saved["error"] if saved is not None else _failure(per_worker)
             logger.error(
-                "SAM prompt store of rollout replica %d NOT saved to %s: %s. The checkpoint is otherwise "
+                "SAM prompt store of %s NOT saved to %s: %s. The checkpoint is otherwise "
                 "complete; a resume from it starts this replica with an empty prompt store.",
-                rank,
-                paths[rank],
+                key,
+                paths[key],
                 reason,
             )
 
 
-def load_prompt_stores(replicas: Iterable[Any], checkpoint_folder: str) -> None:
-    """Each replica's engine loads its rank's file into every worker; one line each."""
-    paths = {r.replica_rank: store_path(checkpoint_folder, r.replica_rank) for r in replicas}
-    refs = {r.replica_rank: r.servers[0].sam_load_prompt_store.remote(paths[r.replica_rank]) for r in replicas}
-    for rank, per_worker in _results(refs).items():
-        loaded = [w for w in per_worker if w] if isinstance(per_worker, list) else []
-        warning = next((w["warning"] for w in loaded if w["warning"]), None)
-        if loaded and warning is None:
+def load_prompt_stores(replicas: Mapping[str, Any], checkpoint_folder: str) -> None:
+    """Each replica's engine loads its key's file into every worker; one line each. An engine whose
+    workers did not all load the same store is emptied on every worker."""
+    paths = {key: store_path(checkpoint_folder, key) for key in replicas}
+    refs = {key: r.servers[0].sam_load_prompt_store.remote(paths[key]) for key, r in replicas.items()}
+    for key, per_worker in _results(refs).items():
+        problem = load_problem(per_worker)
+        if problem is None:
+            loaded = [w for w in per_worker if w]
             print(
-                f"[sam] prompt store of rollout replica {rank}: loaded {loaded[0]['prompts']} prompts, "
-                f"{loaded[0]['tokens']} tokens from {paths[rank]} into {len(loaded)} worker(s)",
+                f"[sam] prompt store of {key}: loaded {loaded[0]['prompts']} prompts, "
+                f"{loaded[0]['tokens']} tokens from {paths[key]} into {len(loaded)} worker(s)",
                 flush=True,
             )
-        else:
-            reason = warning or _failure(per_worker)
-            # printed: importing vLLM's API server sets the root logger and its handlers to ERROR
-            # (model_hosting_container_standards), which would swallow a logged warning here
-            print(f"[sam] WARNING: prompt store of rollout replica {rank} starts empty: {reason}", flush=True)
+            continue
+        if isinstance(per_worker, Exception) or any(w and not w["warning"] for w in per_worker):
+            problem += "; " + _clear(replicas[key])  # a partial load: every worker starts empty
+        # printed: importing vLLM's API server sets the root logger and its handlers to ERROR
+        # (model_hosting_container_standards), which would swallow a logged warning here
+        print(f"[sam] WARNING: prompt store of {key} starts empty: {problem}", flush=True)
+
+
+def load_problem(per_worker) -> str | None:
+    """Why an engine's workers do not all hold the loaded store (None: they all do, the same one)."""
+    if isinstance(per_worker, Exception) or not isinstance(per_worker, list):
+        return _failure(per_worker)
+    loaded = [w for w in per_worker if w]
+    if not loaded:
+        return "no worker has a store"
+    warnings = [w["warning"] for w in loaded if w["warning"]]
+    if len(warnings) == len(loaded):
+        return warnings[0]
+    if warnings:
+        return f"only {len(loaded) - len(warnings)} of {len(loaded)} workers loaded it ({warnings[0]})"
+    if len({(w["prompts"], w["responses"], w["tokens"]) for w in loaded}) > 1 or len(loaded) < len(per_worker):
+        return f"the workers loaded different stores: {[(w and w['prompts']) for w in per_worker]} prompts"
+    return None
+
+
+def _clear(replica) -> str:
+    """Empty the store of every worker of one engine; what happened, in a few words."""
+    import ray
+
+    try:
+        cleared = ray.get(replica.servers[0].sam_clear_prompt_store.remote(), timeout=RPC_TIMEOUT_S)
+    except Exception as e:
+        return f"emptying its workers failed ({type(e).__name__}: {e})"
+    return f"every worker emptied ({sum(bool(c) for c in cleared)} of {len(cleared)})"
 
 
 def router_state_path(checkpoint_folder: str) -> str:

@@ -307,6 +307,8 @@ def check_router(cfg) -> None:
         raise RecipeError(f"{key}: {path} is not valid YAML: {first_line(e)}") from e
     if not isinstance(raw, dict) or not raw.get("router_class"):
         raise RecipeError(f"{key}: {path} has no router_class (the load balancer's qualified class name)")
+    if not isinstance(raw["router_class"], str):
+        raise RecipeError(f"{key}: router_class must be a qualified class name (a string), got {raw['router_class']!r}")
     if "defaults" in raw:
         raise RecipeError(f"{key}: {path} has a Hydra defaults block, which verl's router loader rejects")
     from verl.utils.import_utils import load_class_from_fqn

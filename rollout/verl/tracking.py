@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from rollout.metrics import METRIC_PREFIX, GenerationStepTracker, SamStepTracker
-from rollout.routing_metrics import RoutingStepTracker, store_hit_rate_on_revisits
+from rollout.routing_metrics import RoutingStepTracker, store_hit_rate
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ def wrap() -> None:
             data = {**data, **_tracker.step_metrics(poll_replicas())}
             data |= _routing_tracker.step_metrics(poll_router())
             data |= _generation_tracker.step_metrics(poll_generated_tokens(), data.get("timing_s/gen"))
-            data |= store_hit_rate_on_revisits(data)
+            data |= store_hit_rate(data)
             print(step_summary(step, data), flush=True)
         return original(self, data, step, *args, **kwargs)
 
@@ -72,11 +72,43 @@ def track_routers() -> None:
     def get_router_handle(*args, **kwargs):
         handle = original(*args, **kwargs)
         _routers.append(handle)
+        servers = kwargs.get("servers", args[0] if args else None)
+        _never_raise(name_ring, handle, servers or {})
         return handle
 
     setattr(get_router_handle, _MARK, True)
     get_router_handle.__wrapped__ = original
     router_module.get_router_handle = get_router_handle
+
+
+def ring_names(servers: Mapping[str, Any]) -> dict[str, str]:
+    """{server address: the replica's key (role_rank + name suffix)} for the servers of live replicas: a
+    name that is the same after a restart, whatever order and addresses the servers have then."""
+    by_address = {getattr(r, "_server_address", None): r.sam_key for r in list(_live_replicas)}
+    return {address: by_address[address] for address in servers if address in by_address}
+
+
+def name_ring(handle, servers: Mapping[str, Any]) -> None:
+    """Tell our router (where it is ours) which replica each server is, before any request comes."""
+    import ray
+
+    if getattr(handle, "set_ring_names", None) is None:  # verl's default router: no ring
+        return
+    names = ring_names(servers)
+    named = ray.get(handle.set_ring_names.remote(names), timeout=RPC_TIMEOUT_S)
+    if named["by_order"]:
+        print(
+            f"[sam] note: router replicas {named['by_order']} not matched to a replica key; their ring places "
+            "follow the order verl lists them in (a restart keeps them only if that order is kept)",
+            flush=True,
+        )
+
+
+def _never_raise(step, *args) -> None:
+    try:
+        step(*args)
+    except Exception as e:  # routing stays correct without names: by order
+        print(f"[sam] note: router replicas named by order: {type(e).__name__}: {e}", flush=True)
 
 
 SUMMARY = (  # (label, metric key, format): what an RL user looks at first, one line per step
@@ -88,7 +120,7 @@ SUMMARY = (  # (label, metric key, format): what an RL user looks at first, one 
     ("SAM acceptance", f"{METRIC_PREFIX}acceptance_length", "{:.2f}"),
     ("speculation on", f"{METRIC_PREFIX}spec_on_fraction", "{:.0%}"),
     ("group co-location", "rollout/route_group_colocation", "{:.2f}"),
-    ("store hits on revisits", f"{METRIC_PREFIX}store_hit_rate_on_revisits", "{:.2f}"),
+    ("store hits", f"{METRIC_PREFIX}store_hit_rate", "{:.2f}"),
 )
 
 
@@ -154,7 +186,7 @@ def poll_router():
     if handle is None:
         return None
     try:
-        return ray.get(handle.routing_stats.remote(reset_peaks=True), timeout=RPC_TIMEOUT_S)
+        return ray.get(handle.routing_stats.remote(), timeout=RPC_TIMEOUT_S)
     except Exception as e:  # metrics must never stop training
         logger.warning("routing metrics unavailable: %s", e)
         return None

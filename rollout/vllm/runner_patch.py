@@ -17,7 +17,9 @@ NPUModelRunner inherit them):
   speculation off at run time (``False``: on again); returns whether the worker has a SAM proposer.
 - ``WorkerBase.sam_spec_save_prompt_store`` / ``sam_spec_load_prompt_store`` (``args=(path,)``): the
   prompt store to and from a file (docs/prompt-store.md). Every TP worker drafts alike and holds the
-  same store, so the engine's first worker saves it and every worker loads it.
+  same store, so the engine's first worker saves it and every worker loads it;
+  ``sam_spec_clear_prompt_store`` empties it on every worker, which the caller does when only some of
+  an engine's workers loaded the file (every worker must hold the same store to draft alike).
 """
 
 from __future__ import annotations
@@ -87,11 +89,24 @@ def worker_sam_load_prompt_store(worker, path: str) -> dict | None:
     return {"path": path, "warning": warning, **_holdings(stepper.drafter.prompt_store)}
 
 
+def worker_sam_clear_prompt_store(worker) -> bool | None:
+    """Replace the prompt store by an empty one (the engine's budget and cap); None without a store."""
+    stepper = _stepper(worker)
+    if stepper is None or stepper.drafter.prompt_store is None:
+        return None
+    from sam.prompt_store import PromptStore
+
+    config = stepper.drafter.config
+    stepper.drafter.prompt_store = PromptStore(config.prompt_store_bytes, config.prompt_store_tokens)
+    return True
+
+
 WORKER_RPCS = {
     "sam_spec_metrics": worker_sam_metrics,
     "sam_spec_pause": worker_sam_pause,
     "sam_spec_save_prompt_store": worker_sam_save_prompt_store,
     "sam_spec_load_prompt_store": worker_sam_load_prompt_store,
+    "sam_spec_clear_prompt_store": worker_sam_clear_prompt_store,
 }
 
 

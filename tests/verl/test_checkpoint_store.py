@@ -57,7 +57,7 @@ def test_resume_path_relative_to_the_working_folder_and_disable(tmp_path, monkey
 def test_a_relative_default_local_dir_is_made_absolute_for_the_engines(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     cfg = config(tmp_path, "trainer.default_local_dir=ckpts").trainer
-    assert checkpoint.store_path(checkpoint.saved_checkpoint_folder(cfg, 2), 1) == str(
+    assert checkpoint.store_path(checkpoint.saved_checkpoint_folder(cfg, 2), "rollout_1") == str(
         tmp_path / "ckpts" / "global_step_2" / "sam_prompt_store" / "rollout_1.npz"
     )
 
@@ -71,39 +71,51 @@ def test_checkpoints_kept_follows_verls_actor_rule(tmp_path):
 # -- the wrapped trainer methods --------------------------------------------------------------------
 @ray.remote(num_cpus=0)
 class StoreServer:
-    """Stands in for SamvLLMHttpServer: one engine worker with a real SamStepper."""
+    """Stands in for SamvLLMHttpServer: an engine of `workers` workers, each with a real SamStepper, which
+    the worker RPCs of rollout.vllm.runner_patch answer as collective_rpc does (one result per worker).
+    `unreadable_on`: workers whose load fails as on a node that cannot read the file."""
 
-    def __init__(self):
+    def __init__(self, workers=1, unreadable_on=()):
+        self.size, self.unreadable_on = workers, set(unreadable_on)
         self.restart()
 
     def restart(self):
-        """A new engine: an empty prompt store."""
+        """A new engine: empty prompt stores."""
         from rollout.settings import SamSettings
         from rollout.stepper import SamStepper
 
-        stepper = SamStepper(SamSettings.from_mapping(3, {"prompt_store": True}), max_model_len=256)
-        drafter = SimpleNamespace(stepper=stepper)
-        self.worker = SimpleNamespace(rank=0, model_runner=SimpleNamespace(drafter=drafter))
+        self.workers = []
+        for rank in range(self.size):
+            stepper = SamStepper(SamSettings.from_mapping(3, {"prompt_store": True}), max_model_len=256)
+            drafter = SimpleNamespace(stepper=stepper)
+            self.workers.append(SimpleNamespace(rank=rank, model_runner=SimpleNamespace(drafter=drafter)))
 
     def visit(self, prompt, response):
-        d = self.worker.model_runner.drafter.stepper.drafter
-        d.start("r", np.array(prompt), group="g")
-        d.extend(["r"], np.array(response), [len(response)])
-        d.finish("r")
+        for worker in self.workers:  # every worker drafts alike
+            d = worker.model_runner.drafter.stepper.drafter
+            d.start("r", np.array(prompt), group="g")
+            d.extend(["r"], np.array(response), [len(response)])
+            d.finish("r")
 
-    def contents(self):
-        store = self.worker.model_runner.drafter.stepper.drafter.prompt_store
+    def contents(self, worker=0):
+        store = self.workers[worker].model_runner.drafter.stepper.drafter.prompt_store
         return [(key, [r.tolist() for r in responses]) for key, responses in store.items()]
 
     async def sam_save_prompt_store(self, path):
         from rollout.vllm.runner_patch import worker_sam_save_prompt_store
 
-        return [worker_sam_save_prompt_store(self.worker, path)]
+        return [worker_sam_save_prompt_store(w, path) for w in self.workers]
 
     async def sam_load_prompt_store(self, path):
         from rollout.vllm.runner_patch import worker_sam_load_prompt_store
 
-        return [worker_sam_load_prompt_store(self.worker, path)]
+        return [worker_sam_load_prompt_store(w, path + ".unreadable" if w.rank in self.unreadable_on else path)
+                for w in self.workers]  # fmt: skip
+
+    async def sam_clear_prompt_store(self):
+        from rollout.vllm.runner_patch import worker_sam_clear_prompt_store
+
+        return [worker_sam_clear_prompt_store(w) for w in self.workers]
 
 
 class ActorGroup:
@@ -124,16 +136,22 @@ class Dataloader:
         assert state == {"consumed": 1}
 
 
-def trainer(tmp_path, servers, *overrides):
-    cfg = config(tmp_path, *overrides)
-    t = PPOTrainerSync(cfg)
-    t.actor_rollout_wg, t.train_dataloader = ActorGroup(), Dataloader()
+def manager(cfg, servers):
     replicas = []
     for rank, server in enumerate(servers):
         r = replica.SamvLLMReplica(rank, cfg.actor_rollout_ref.rollout, None, gpus_per_node=1)
         r.servers = [server]
         replicas.append(r)
-    t.llm_server_manager = SimpleNamespace(get_replicas=lambda: replicas)
+    return SimpleNamespace(get_replicas=lambda: replicas)
+
+
+def trainer(tmp_path, servers, *overrides, more_managers=()):
+    cfg = config(tmp_path, *overrides)
+    t = PPOTrainerSync(cfg)
+    t.actor_rollout_wg, t.train_dataloader = ActorGroup(), Dataloader()
+    t.llm_server_manager = manager(cfg, servers)
+    others = [manager(cfg, more) for more in more_managers]
+    t._rollout_server_managers = lambda: [t.llm_server_manager, *others]
     return t
 
 
@@ -153,7 +171,7 @@ def test_stores_are_saved_with_each_checkpoint_and_loaded_on_resume(ray_local, t
         t.global_steps = step
         t._save_checkpoint()
     out = capsys.readouterr().out
-    assert "[sam] prompt store of rollout replica 1: saved 2 prompts, 3 tokens" in out
+    assert "[sam] prompt store of rollout_1: saved 2 prompts, 3 tokens" in out
     assert (root / "latest_checkpointed_iteration.txt").read_text() == "4"
     assert not (root / "global_step_2" / "sam_prompt_store").exists()  # kept: the newest one only
     assert sorted(os.listdir(root / "global_step_4" / "sam_prompt_store")) == ["rollout_0.npz", "rollout_1.npz"]
@@ -166,8 +184,8 @@ def test_stores_are_saved_with_each_checkpoint_and_loaded_on_resume(ray_local, t
     assert ray.get(servers[0].contents.remote()) == saved[0]  # rank 0 has rank 0's store
     assert ray.get(servers[1].contents.remote()) == []  # its file is gone: empty, and said so
     out = capsys.readouterr().out
-    assert "[sam] prompt store of rollout replica 0: loaded 1 prompts, 3 tokens" in out
-    assert "[sam] WARNING: prompt store of rollout replica 1 starts empty" in out and "no such file" in out
+    assert "[sam] prompt store of rollout_0: loaded 1 prompts, 3 tokens" in out
+    assert "[sam] WARNING: prompt store of rollout_1 starts empty" in out and "no such file" in out
 
 
 def test_a_failed_save_is_loud_and_training_goes_on(ray_local, tmp_path, caplog):  # noqa: F811
@@ -179,5 +197,50 @@ def test_a_failed_save_is_loud_and_training_goes_on(ray_local, tmp_path, caplog)
     (tmp_path / "checkpoints" / "global_step_1").mkdir(parents=True)
     (tmp_path / "checkpoints" / "global_step_1" / "sam_prompt_store").write_text("a file where the folder goes")
     t._save_checkpoint()  # does not raise
-    assert "SAM prompt store of rollout replica 0 NOT saved" in caplog.text
+    assert "SAM prompt store of rollout_0 NOT saved" in caplog.text
     assert (tmp_path / "checkpoints" / "latest_checkpointed_iteration.txt").read_text() == "1"
+
+
+def test_two_managers_rank_r_replicas_save_to_their_own_files(ray_local, tmp_path, capsys):  # noqa: F811
+    checkpoint.wrap()
+    ours, theirs = StoreServer.remote(), StoreServer.remote()  # rank 0 of each of two rollout managers
+    ray.get(ours.visit.remote([1, 2, 3], [10, 11, 12]), timeout=WORKER_START_S)
+    ray.get(theirs.visit.remote([7, 8], [70, 71, 72, 73]), timeout=WORKER_START_S)
+    saved = ray.get([ours.contents.remote(), theirs.contents.remote()])
+    t = trainer(tmp_path, [ours], more_managers=[[theirs]])
+    t.global_steps = 1
+    t._save_checkpoint()
+    folder = tmp_path / "checkpoints" / "global_step_1" / "sam_prompt_store"
+    assert sorted(os.listdir(folder)) == ["manager1_rollout_0.npz", "rollout_0.npz"]
+    ray.get([ours.restart.remote(), theirs.restart.remote()])
+    trainer(tmp_path, [ours], "trainer.resume_mode=auto", more_managers=[[theirs]])._load_checkpoint()
+    assert ray.get([ours.contents.remote(), theirs.contents.remote()]) == saved  # neither store lost
+
+
+def test_a_partial_load_empties_every_worker_of_the_engine(ray_local, tmp_path, capsys):  # noqa: F811
+    checkpoint.wrap()
+    server = StoreServer.remote(workers=2, unreadable_on=[1])
+    ray.get(server.visit.remote([1, 2, 3], [10, 11, 12]), timeout=WORKER_START_S)
+    t = trainer(tmp_path, [server])
+    t.global_steps = 1
+    t._save_checkpoint()
+    ray.get(server.restart.remote())
+    trainer(tmp_path, [server], "trainer.resume_mode=auto")._load_checkpoint()
+    assert ray.get([server.contents.remote(0), server.contents.remote(1)]) == [[], []]  # the workers agree
+    out = capsys.readouterr().out
+    assert "[sam] WARNING: prompt store of rollout_0 starts empty: only 1 of 2 workers loaded it" in out
+    assert "every worker emptied (2 of 2)" in out
+
+
+def test_a_full_load_on_every_worker_is_kept(ray_local, tmp_path, capsys):  # noqa: F811
+    checkpoint.wrap()
+    server = StoreServer.remote(workers=2)
+    ray.get(server.visit.remote([1, 2, 3], [10, 11, 12]), timeout=WORKER_START_S)
+    saved = ray.get(server.contents.remote())
+    t = trainer(tmp_path, [server])
+    t.global_steps = 1
+    t._save_checkpoint()
+    ray.get(server.restart.remote())
+    trainer(tmp_path, [server], "trainer.resume_mode=auto")._load_checkpoint()
+    assert ray.get([server.contents.remote(0), server.contents.remote(1)]) == [saved, saved]
+    assert "[sam] prompt store of rollout_0: loaded 1 prompts, 3 tokens" in capsys.readouterr().out

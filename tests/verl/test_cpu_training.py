@@ -164,27 +164,28 @@ def test_the_step_logged_reward_rollout_time_acceptance_and_routing(trained):
         # every GRPO group on one engine, both engines used, the load within the router's bound
         assert step["rollout/route_group_colocation"] == 1.0 and step["rollout/route_replicas"] == 2
         assert step["rollout/requests"] == step["rollout/sam_requests_started"] >= PROMPTS * 4
-        # the bound is 1.25x the mean; with 4-request groups on 2 replicas, 3 groups in flight are 8 and 4
-        # whatever the routing (1.33): one group of slack (the routing benchmark checks 1.25 at scale)
-        assert step["rollout/route_inflight_max_over_mean"] <= 1.5
+        # simultaneous load over the step (docs/metrics.md), the drain at its end included, when the last
+        # requests of a group run on one replica alone: benchmarks/routing.py's CPU preset gives 1.26-1.31
+        # for whole groups (verl's spread: 1.12); 2.0 would be everything on one replica
+        assert step["rollout/route_inflight_max_over_mean"] <= 1.6
         assert step["rollout/generated_tokens"] > 0 and step["rollout/gen_s_per_1k_tokens"] > 0
 
 
 def test_the_resumed_engines_drafted_from_the_saved_prompt_stores(trained):
     (first, second), out = trained
-    saved = re.findall(r"prompt store of rollout replica (\d): saved (\d+) prompts", first[0])
+    saved = re.findall(r"prompt store of rollout_(\d): saved (\d+) prompts", first[0])
     assert sorted(rank for rank, _ in saved) == ["0", "1"], first[0][-5000:]
     assert sum(int(n) for _, n in saved) >= PROMPTS  # between them the replicas hold every prompt
     assert all(
         (out / "checkpoints" / "global_step_1" / "sam_prompt_store" / f"rollout_{r}.npz").is_file() for r in (0, 1)
     )
-    loaded = re.findall(r"prompt store of rollout replica (\d): loaded (\d+) prompts", second[0])
+    loaded = re.findall(r"prompt store of rollout_(\d): loaded (\d+) prompts", second[0])
     assert sorted(rank for rank, _ in loaded) == ["0", "1"] and dict(loaded) == dict(saved), second[0][-5000:]
     (step,) = [r["data"] for r in second[2]]
     # step 2 revisits every prompt on fresh engines: their stored responses came from the files
     assert step["rollout/route_revisit_requests"] == step["rollout/requests"]
     assert step["rollout/route_revisit_store_share"] >= 0.75
-    assert step["rollout/sam_store_hit_rate_on_revisits"] >= 0.75
+    assert step["rollout/sam_store_hit_rate"] >= 0.75
 
 
 def test_the_new_weights_reached_both_rollout_engines(trained):
