@@ -237,6 +237,15 @@ def report(sam: ArmResult, baseline: ArmResult, alpha: float = stats.ALPHA) -> d
     }
 
 
+def pooled_comparison(reports: list[dict], alpha: float = stats.ALPHA) -> dict:
+    """The tests on the responses of several saved reports (replicates with their own seeds), pooled."""
+    arms = {}
+    for arm in ("sam", "baseline"):
+        fields = ("lengths", "prompt_index", "first_tokens", "later_tokens")
+        arms[arm] = stats.ArmSample(*([x for r in reports for x in r["samples"][arm][f]] for f in fields))
+    return stats.compare_arms(arms["sam"], arms["baseline"], alpha, stats.AB_LENGTH_SHIFT)
+
+
 def write_json(path: str, data: dict) -> None:
     with open(path, "w") as f:
         json.dump(data, f, indent=1)
@@ -274,7 +283,18 @@ def main(argv=None) -> int:
     p.add_argument("--seeds", type=int, nargs=2, metavar=("SAM", "BASELINE"), default=seeds,
                    help="the arms' engine seeds (ab.seed); a replicate takes new ones")  # fmt: skip
     p.add_argument("--json", help="write the report (samples included) here")
+    p.add_argument("--pool", nargs="+", metavar="REPORT", help="no engine: the tests on these saved reports, pooled")
     args = p.parse_args(argv)
+    if args.pool:
+        reports = []
+        for path in args.pool:
+            with open(path) as f:
+                reports.append(json.load(f))
+        data = {"pooled": args.pool, "comparison": pooled_comparison(reports, args.alpha)}
+        if args.json:
+            write_json(args.json, data)
+        print(json.dumps(data["comparison"], indent=1))
+        return 0 if data["comparison"]["verdict"] == "agree" else 1
     if args.rounds < 1 or args.prompts < WAVE_PROMPTS:
         p.error(f"--rounds must be >= 1 and --prompts >= {WAVE_PROMPTS}")
     model = str(ensure_smollm2())
