@@ -9,4 +9,4 @@ import sys
 from evals.fixed_weight_lossless import main
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main())
