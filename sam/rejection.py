@@ -50,10 +50,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-PLACEHOLDER_TOKEN_ID = -1
-# Temperatures at or below this value mean greedy decoding. vLLM uses 0;
-# vLLM up to ~0.11 (and vllm-ascend 0.11) stored greedy as -1, also covered.
-GREEDY_TEMPERATURE = 0.0
+# the loop is the single-request path on accelerators; it owns the shared constants, so no import cycle
+from sam.rejection_reference import GREEDY_TEMPERATURE, PLACEHOLDER_TOKEN_ID, rejection_sample_reference
 
 __all__ = [
     "GREEDY_TEMPERATURE",
@@ -604,8 +602,6 @@ def rejection_sample(
     device = target_logits.device
     generators = generators or {}
     if loop_is_cheaper(batch_size, device):
-        from sam.rejection_reference import rejection_sample_reference  # it imports this module
-
         return rejection_sample_reference(
             draft_token_ids,
             num_draft_tokens,

@@ -1,4 +1,5 @@
-"""Plain-loop reference for speculative rejection sampling (tests and benchmarks only).
+"""Plain-loop speculative rejection sampling: the tests' reference, and the path ``sam.rejection`` takes for a
+single request on an accelerator (fewer kernel launches there than the vectorised one).
 
 The textbook algorithm, written one request and one position at a time:
 
@@ -21,9 +22,12 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from sam.rejection import GREEDY_TEMPERATURE, PLACEHOLDER_TOKEN_ID
+__all__ = ["GREEDY_TEMPERATURE", "PLACEHOLDER_TOKEN_ID", "rejection_sample_reference", "top_k_top_p_row"]
 
-__all__ = ["rejection_sample_reference", "top_k_top_p_row"]
+PLACEHOLDER_TOKEN_ID = -1
+# Temperatures at or below this value mean greedy decoding. vLLM uses 0;
+# vLLM up to ~0.11 (and vllm-ascend 0.11) stored greedy as -1, also covered.
+GREEDY_TEMPERATURE = 0.0
 
 
 def top_k_top_p_row(logits: torch.Tensor, top_k: int | None, top_p: float | None) -> torch.Tensor:

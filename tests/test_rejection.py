@@ -588,16 +588,14 @@ def test_single_request_on_an_accelerator_goes_to_the_loop(monkeypatch: pytest.M
     assert not sam.rejection.loop_is_cheaper(2, torch.device("cuda"))
     assert not sam.rejection.loop_is_cheaper(1, torch.device("cpu"))
 
-    import sam.rejection_reference as reference
-
     calls = []
-    original_loop = reference.rejection_sample_reference
+    original_loop = sam.rejection.rejection_sample_reference
 
     def counted_loop(*args, **kwargs):
         calls.append(1)
         return original_loop(*args, **kwargs)
 
-    monkeypatch.setattr(reference, "rejection_sample_reference", counted_loop)
+    monkeypatch.setattr(sam.rejection, "rejection_sample_reference", counted_loop)
     monkeypatch.setattr(sam.rejection, "loop_is_cheaper", lambda batch_size, device: batch_size == 1)
     batch = random_batch(
         torch.Generator().manual_seed(8),
