@@ -165,9 +165,10 @@ def test_the_step_logged_reward_rollout_time_acceptance_and_routing(trained):
         assert step["rollout/route_group_colocation"] == 1.0 and step["rollout/route_replicas"] == 2
         assert step["rollout/requests"] == step["rollout/sam_requests_started"] >= PROMPTS * 4
         # simultaneous load over the step (docs/metrics.md), the drain at its end included, when the last
-        # requests of a group run on one replica alone: benchmarks/routing.py's CPU preset gives 1.26-1.31
-        # for whole groups (verl's spread: 1.12); 2.0 would be everything on one replica
-        assert step["rollout/route_inflight_max_over_mean"] <= 1.6
+        # requests of a group run on one replica alone: 1.01-1.59 in four such steps (benchmarks/routing.py's
+        # CPU preset: 1.26-1.31 for whole groups, 1.12 for verl's spread); 2.0: everything on one replica
+        assert step["rollout/route_inflight_max_over_mean"] <= 1.85
+        assert step["rollout/route_requests_max_over_mean"] <= 1.5  # 12 and 4 of 16: one group off
         assert step["rollout/generated_tokens"] > 0 and step["rollout/gen_s_per_1k_tokens"] > 0
 
 
