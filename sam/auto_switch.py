@@ -27,25 +27,24 @@ What is learnt, from the steps themselves (clean steps only: no request started,
   so does a batch of new requests started since the last round (``observe_new_requests``: at least
   JUMP_ROWS of them, or the whole batch now): its first rounds then decide without waiting for a round
   that far off.
-A bucket that has not learnt its own s yet takes two plain steps, then borrows the nearest bucket's s
-when the answer is clear (drafting pays at that cost, or would not pay at half of it); otherwise it
-measures itself with two drafted steps. A smaller batch's cost is a lower bound (a draft token is a
-larger share of a larger batch's step), so on it a bucket drafts no more than ``PROBE_SLOPE``'s k until
-it has its own s (a warm-up's cheap batch-2 drafts would cost 4x a plain step at 64 requests on a CPU),
-and it does not measure where no k pays even at a confirmed lower bound. A bucket that drafts on a
-borrowed s learns its own from those steps, so a wrong neighbour (a noisy warm-up, another batch regime)
-cannot keep it drafting; a drafting bucket therefore drafts at least MIN_DRAFTS_PER_REQUEST tokens a request
-(``measurable_k``: where only the rows with a suffix match draft, that can be more than the k that pays), as
-smaller drafts teach it nothing, and it explores only while it does not draft; one whose own s rests on few
-drafted steps takes more of them where the choice hinges on it (drafting would pay at half that s), so a
-few noisy steps cannot keep it from drafting for good, nor can steps with smaller drafts than the k in question (``EXTRAPOLATE``: a drafted step pays a
-fixed part as well, so a CPU's s learnt at one draft token a request is twice what three tokens cost
-each). These measuring steps draft the k that would pay at the lower cost in question (half the
-neighbour's or its own s; ``PROBE_SLOPE`` when nothing is known): at sampled acceptance that is one
-token, not K, so a measuring step costs about a third as much where drafts are dear (a CPU), which is
-what a batch that passes through a bucket in a few steps can afford. Every bucket tries the other choice
-once every ``EXPLORE_EVERY`` of its steps (plain while it drafts, K while it does not), so that it sees
-a drift in cost: under 1% of steps.
+A bucket that has not learnt its own s yet takes two plain steps, then borrows the nearest bucket's s when the
+answer is clear (drafting pays at that cost, or would not pay at half of it); otherwise it measures itself
+with two drafted steps. A smaller batch's cost is a lower bound (a draft token is a larger share of a larger
+batch's step), so on it a bucket drafts no more than ``PROBE_SLOPE``'s k until it has its own s (a warm-up's
+cheap batch-2 drafts would cost 4x a plain step at 64 requests on a CPU), and it does not measure where no k
+pays even at a confirmed lower bound. A bucket that drafts on a borrowed s learns its own from those steps, so
+a wrong neighbour (a noisy warm-up, another batch regime) cannot keep it drafting; a drafting bucket therefore
+drafts at least MIN_DRAFTS_PER_REQUEST tokens a request (``measurable_k``: where only the rows with a suffix
+match draft, that can be more than the k that pays), as smaller drafts teach it nothing, and it explores only
+while it does not draft; one whose own s rests on few drafted steps takes more of them where the choice hinges
+on it (drafting would pay at half that s), so a few noisy steps cannot keep it from drafting for good, nor can
+steps with smaller drafts than the k in question (``EXTRAPOLATE``: a drafted step pays a fixed part as well,
+so a CPU's s learnt at one draft token a request is twice what three tokens cost each). These measuring steps
+draft the k that would pay at the lower cost in question (half the neighbour's or its own s; ``PROBE_SLOPE``
+when nothing is known): at sampled acceptance that is one token, not K, so a measuring step costs about a
+third as much where drafts are dear (a CPU), which is what a batch that passes through a bucket in a few steps
+can afford. Every bucket tries the other choice once every ``EXPLORE_EVERY`` of its steps (plain while it
+drafts, K while it does not), so that it sees a drift in cost: under 1% of steps.
 
 All state is plain float64 arrays updated by compiled functions (the rollout simulator runs the same
 functions); :class:`AutoSwitch` holds them for an engine. vLLM uses the driver rank's drafts only

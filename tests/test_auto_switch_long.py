@@ -162,7 +162,6 @@ class SparseMatchEngine(LongMatchEngine):
         return 1.0 + self.long * sum(self.long_alpha**j for j in range(1, k + 1)), self.long * k
 
 
-
 def test_a_bucket_drafts_enough_to_learn_its_own_cost():
     """Where 15% of rows draft (suffix matches only), one draft token a request is 0.15 per request, too few
     for a step to teach the bucket its cost (MIN_DRAFTS_PER_REQUEST). A bucket without a line that borrows a
