@@ -146,22 +146,6 @@ def test_learns_the_cost_of_long_drafts_it_takes():
     assert learnt == pytest.approx(relative_cost(DENSE_B4, 1.0 + d), rel=0.05)
 
 
-class SparseMatchEngine(LongMatchEngine):
-    """Only a share `long` of rows drafts at all (where a suffix matches), up to the cap: drafts per request
-    stay under MIN_DRAFTS_PER_REQUEST at small k, as the match-scaled length drafts at cap 16 do (0.15 of
-    rows have a first draft token in the Qwen2.5-Math traces)."""
-
-    def drafts(self, batch: int, k: int):
-        length = np.where(self.rng.random(batch) < self.long, min(k, CAP), 0)
-        accepted = np.zeros(batch, dtype=np.int64)
-        for j in range(1, k + 1):
-            accepted += (accepted == j - 1) & (length >= j) & (self.rng.random(batch) < self.long_alpha)
-        return length, accepted
-
-    def expected(self, k: int) -> tuple[float, float]:
-        return 1.0 + self.long * sum(self.long_alpha**j for j in range(1, k + 1)), self.long * k
-
-
 def test_a_bucket_drafts_enough_to_learn_its_own_cost():
     """Where 15% of rows draft (suffix matches only), one draft token a request is 0.15 per request, too few
     for a step to teach the bucket its cost (MIN_DRAFTS_PER_REQUEST). A bucket without a line that borrows a
