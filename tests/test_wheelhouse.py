@@ -156,7 +156,8 @@ def test_a_vllm_release_not_on_the_index_is_a_clear_error(tmp_path):
 @pytest.fixture(scope="module")
 def python312() -> str:
     python = interpreter("3.12")
-    require(python is not None, "no Python 3.12 interpreter (python3.12 on PATH or pyenv's)")
+    if python is None:  # a property of the machine, like a GPU: skipped even under SAM_STRICT=1
+        pytest.skip("no Python 3.12 interpreter (python3.12 on PATH or pyenv's) to install the H200's closure into")
     return python
 
 
