@@ -25,10 +25,10 @@ import json
 import os
 import platform
 import time
-import types
 from dataclasses import asdict, dataclass, field
 
 from evals import two_sample_stats as stats
+from testkit.verl_launch import launch_server_args
 
 RECIPE = "dapo_smollm2_cpu"
 PROMPTS = 8  # the two-replica A/B's training set (prepare_dapo_data.py --arithmetic-only --limit 8)
@@ -74,35 +74,6 @@ def preset_rollout_config(sam: bool, seed: int):
     cfg = recipe_config.compose_recipe(RECIPE, RECIPE, overrides)
     OmegaConf.resolve(cfg)
     return cfg.actor_rollout_ref.rollout
-
-
-def verl_server_args(rollout_cfg):
-    """verl's real ``launch_server`` run up to where it would start vLLM: vLLM's parsed arguments.
-    (The same set-up as tests/verl/launch_args.server_args; vLLM has no sleep mode on a CPU.)"""
-    from omegaconf import open_dict
-    from verl.utils.config import omega_conf_to_dataclass
-
-    from rollout.verl import replica
-
-    server = object.__new__(replica.SamvLLMHttpServer)  # no Ray actor, no devices: what launch_server reads
-    with open_dict(rollout_cfg):
-        rollout_cfg.enable_sleep_mode = False
-    server.config = omega_conf_to_dataclass(rollout_cfg)
-    server.model_config = types.SimpleNamespace(
-        local_path="/unused", trust_remote_code=False, lora={}, lora_rank=0, hf_config=types.SimpleNamespace()
-    )
-    server.replica_rank, server.node_rank, server.nnodes, server.gpus_per_node = 0, 0, 1, 1
-    server.workers = [None] * server.config.tensor_model_parallel_size
-    server._disaggregation_role = "null"
-    server.profiler_controller = types.SimpleNamespace(check_enable=lambda: False)
-    captured = {}
-
-    async def run_server(args):
-        captured["args"] = args
-
-    server.run_server = run_server
-    asyncio.run(server.launch_server())
-    return captured["args"], server.config
 
 
 def verl_sampling_params(rollout, prompt_len: int):
@@ -200,7 +171,10 @@ def run_arm(arm: str, model: str, rounds: int, seed: int | None = None, prompts:
         raise ValueError(f"arm must be one of {sorted(ARM_SEEDS)}, got {arm!r}")
     seed = ARM_SEEDS[arm] if seed is None else seed
     os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
-    args, rollout = verl_server_args(preset_rollout_config(arm == "sam", seed))
+    # vLLM has no sleep mode on a CPU
+    args, rollout = launch_server_args(
+        preset_rollout_config(arm == "sam", seed), gpus_per_node=1, enable_sleep_mode=False
+    )
     ids = chat_prompt_ids(model, preset_messages(prompts))
     return asyncio.run(_generate_arm(args, rollout, model, ids, rounds, arm, seed))
 
