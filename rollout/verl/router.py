@@ -458,10 +458,16 @@ class SamLoadBalancer(GlobalRequestLoadBalancer):
             if live:
                 return max(live, key=lambda sid: group.on_server[sid])
         order = self._preference(key)
-        bound, work = self._bound(key)
+        bound, batch_bound, work = self._bounds(key)
+        memory = self._served.get(key)
+        stored = {sid for sid, n in memory.placed.items() if n} if memory is not None else set()
         loads = self._load.work
         for sid in order:
-            if loads.get(sid, 0.0) + work <= bound * (1 + 1e-9):
+            # a replica holding the prompt's store takes its group up to the batch's bound alone: the last
+            # visit's placement was balanced then, and the one-group cap, tight while a batch arrives,
+            # would push a returning group off its store
+            limit = batch_bound if sid in stored else bound
+            if loads.get(sid, 0.0) + work <= limit * (1 + 1e-9):
                 if sid != order[0]:
                     self.counters.overflowed_groups += 1
                 return sid
@@ -470,13 +476,14 @@ class SamLoadBalancer(GlobalRequestLoadBalancer):
             self.counters.overflowed_groups += 1
         return chosen
 
-    def _bound(self, key: bytes) -> tuple[float, float]:
-        """The most in-flight work a replica may hold with this prompt's group on it, and the group's
-        work. The group is expected to be as large as the prompt's last visit (else the newest group),
-        each request costing what one did then (else the running mean). The batch is expected to hold
-        the last busy period's peak requests, at the mean cost of what is in flight with the group: the
-        bound is load_bound x that over the replicas, but at most one group above load_bound x the mean
-        of what is in flight now, so a batch smaller than the last cannot gather on a few replicas."""
+    def _bounds(self, key: bytes) -> tuple[float, float, float]:
+        """The most in-flight work a replica may hold with this prompt's group on it, the same for the
+        batch's limit alone, and the group's work. The group is expected to be as large as the prompt's last
+        visit (else the newest group), each request costing what one did then (else the running mean). The
+        batch is expected to hold the last busy period's peak requests, at the mean cost of what is in
+        flight with the group: its limit is load_bound x that over the replicas; the other, one group above
+        load_bound x the mean of what is in flight now, keeps a batch smaller than the last from gathering
+        on a few replicas."""
         memory = self._served.get(key)
         e = self.estimates
         size = memory.last_visit if memory is not None and memory.last_visit else e.group_size
@@ -486,7 +493,8 @@ class SamLoadBalancer(GlobalRequestLoadBalancer):
         now_requests = self.get_total_inflight() + size
         expected = now_work * max(1.0, max(e.batch_requests, self._load.burst_requests) / now_requests)
         b = self.settings.load_bound
-        return min(b * expected / replicas, b * now_work / replicas + GROUP_SLACK * work), work
+        batch_bound = b * expected / replicas
+        return min(batch_bound, b * now_work / replicas + GROUP_SLACK * work), batch_bound, work
 
     def _preference(self, key: bytes) -> list[str]:
         """Replicas in the order this prompt's group tries them: those that served its earlier visits
