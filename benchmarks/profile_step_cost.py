@@ -177,7 +177,7 @@ def packed_gqa_attention(queries, keys, values, masked: bool):
     ``queries``: ``[batch, q, heads, head_dim]``; ``keys``, ``values``: ``[batch, kv_heads, length,
     head_dim]`` whose last q positions are the new tokens. Returns ``[batch, q, heads * head_dim]``.
     Packing the group's query heads as rows of one KV head is what FlashAttention and FlashInfer
-    decode kernels do; SDPA's ``enable_gqa=True`` instead repeats the KV per query head, which for
+    decode kernels do; SDPA's GQA flag (``enable_gqa``) instead repeats the KV per query head, which for
     q > 1 times 2-5x slower on an H200 than the work verification costs. ``masked``: the causal mask
     among the q new tokens (token i sees the cache and new tokens 0..i); without it every row reads
     the whole length, the same work.
