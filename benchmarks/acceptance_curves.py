@@ -1,6 +1,6 @@
 """Acceptance against context: mean tokens per decode step by response position, per drafter.
 
-Library part of ``scripts/acceptance_curves.py``. Each method replays a trace set in honest lockstep
+Library part of ``python -m benchmarks.acceptance_curves``. Each method replays a trace set in honest lockstep
 (``benchmarks.replay``); the steps are binned by the response position they start at.
 
 The JSON it writes is the rollout simulator's acceptance profile:
@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sam import DraftConfig
+from sam_rollout.drafter import DraftConfig
 from testkit.data import TraceGroup
 
 from .drafters import ArcticSuffixDrafter, SamDrafter, VllmNgramDrafter, arctic_available, vllm_available

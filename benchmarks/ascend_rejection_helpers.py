@@ -1,4 +1,4 @@
-"""vllm-ascend 0.11.0's three Python-loop rejection-sampler helpers, as vectorised ``sam.rejection``
+"""vllm-ascend 0.11.0's three Python-loop rejection-sampler helpers, as vectorised ``sam_rollout.rejection``
 wrappers with the same signatures: what ``benchmarks.bench_rejection`` times against the loops (and
 checks token for token). They were a patch on vllm-ascend up to 0.13.0rc1, removed because no supported
 vllm-ascend needs it (docs/patches.md, "Removed").
@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import torch
 
-from sam.rejection import expand_batch_to_tokens, rejection_random_sample, sample_recovered_tokens
+from sam_rollout.rejection import expand_batch_to_tokens, rejection_random_sample, sample_recovered_tokens
 
 
 def expand_pytorch_vectorised(

@@ -1,10 +1,10 @@
 """Engine benchmark (not part of the tests): one GRPO-like workload under several speculative settings.
 
-    python scripts/bench_engine.py                               # 16 DAPO prompts x n=4, T=1, + 16 greedy, 1024 tok
-    python scripts/bench_engine.py --prompts 4 --greedy-prompts 4 --max-tokens 256 --json results/engine-quick.json
-    python scripts/bench_engine.py --settings none sam sam_group     # a subset
+    python -m benchmarks.bench_engine                               # 16 DAPO prompts x n=4, T=1, + 16 greedy, 1024 tok
+    python -m benchmarks.bench_engine --prompts 4 --greedy-prompts 4 --max-tokens 256 --json results/engine-quick.json
+    python -m benchmarks.bench_engine --settings none sam sam_group     # a subset
 
-    python scripts/bench_engine.py --lengths lognormal --median-tokens 128 --max-tokens 512 \
+    python -m benchmarks.bench_engine --lengths lognormal --median-tokens 128 --max-tokens 512 \
         --settings none ngram sam_thr8_group sam_schedule_cpu sam_auto   # equal work with a long tail
 
 Settings (testkit/engine.py SETTINGS): none, ngram, suffix (skipped when arctic_inference is not

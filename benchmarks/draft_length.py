@@ -38,7 +38,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from sam import DraftConfig
+from sam_rollout.drafter import DraftConfig
 
 from .drafters import SamDrafter
 from .replay import ReplayStats, bin_labels, replay, replay_revisits

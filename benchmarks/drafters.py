@@ -10,7 +10,7 @@ from typing import Protocol
 
 import numpy as np
 
-from sam import BatchDrafter, DraftConfig
+from sam_rollout.drafter import BatchDrafter, DraftConfig
 
 
 class ReplayDrafter(Protocol):

@@ -1,6 +1,6 @@
 """Generate GRPO-style rollouts with vLLM: DAPO prompts, n samples each, stored as a trace file.
 
-Library part of ``scripts/generate_traces.py``. All prompts go into one engine at once (as a rollout
+Library part of ``python -m benchmarks.generate_traces``. All prompts go into one engine at once (as a rollout
 batch does); each group (prompt) is written as soon as all its n samples have finished, by rewriting
 the trace file atomically, so stopping the run loses only unfinished groups.
 

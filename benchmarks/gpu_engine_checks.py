@@ -1,6 +1,6 @@
 """The GPU engine checks of issue 36 (vLLM 0.26 on one H200), one part per process, each bounded.
 
-    python scripts/gpu_engine_checks.py PART --json OUT.json [--model DIR] [--tiny]
+    python -m benchmarks.gpu_engine_checks PART --json OUT.json [--model DIR] [--tiny]
 
 Parts (``scripts/device_checks.sh`` runs them all, each under its own ``timeout``):
 
@@ -160,7 +160,7 @@ def sampled(device: str, sizes: Sizes, log=print) -> dict:
         from testkit.vllm_tools import bind_cpu_kernels
 
         bind_cpu_kernels()  # before numba (sam) is imported: see its docstring
-    from rollout import plugin
+    from sam_rollout import plugin
 
     plugin.register()
     from vllm.v1.sample import rejection_sampler as rs

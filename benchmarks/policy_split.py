@@ -17,8 +17,8 @@ import json
 import time
 from pathlib import Path
 
-from sam import DraftConfig
-from sam.config import COUNTED_CONTINUATIONS as COUNTED
+from sam_rollout.drafter import DraftConfig
+from sam_rollout.drafter.config import COUNTED_CONTINUATIONS as COUNTED
 
 from .drafters import ArcticSuffixDrafter, SamDrafter
 from .replay import replay

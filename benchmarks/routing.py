@@ -76,7 +76,7 @@ class Clock:
 def request_bound_class():
     """The bound ours had before (d5592da): requests, not work, against the larger of the in-flight
     total with the largest group seen and the last busy period's peak; the largest group only grows."""
-    from rollout.verl.router import SamLoadBalancer
+    from sam_rollout.verl.runtime.router import SamLoadBalancer
 
     class RequestBound(SamLoadBalancer):
         largest_group = 1
@@ -120,7 +120,7 @@ def request_bound_class():
 def make_balancer(kind: str, servers: dict, clock: Clock):
     from verl.workers.rollout.router import GlobalRequestLoadBalancer
 
-    from rollout.verl.router import SamLoadBalancer
+    from sam_rollout.verl.runtime.router import SamLoadBalancer
 
     if kind == "verl_default":
         return GlobalRequestLoadBalancer(dict(servers))

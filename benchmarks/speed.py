@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from sam import BatchDrafter, DraftConfig, pages
+from sam_rollout.drafter import BatchDrafter, DraftConfig, pages
 
 
 def _windows(corpus: np.ndarray, context: int, count: int, rng) -> list[int]:
@@ -36,7 +36,7 @@ def sam_step_us(
     alternating order), so a shared machine's changing speed weighs on all alike. Requests draft
     from their own context.
 
-    The configurations named in `small_pages` keep their automata in 4 KiB pages (sam.pages switched
+    The configurations named in `small_pages` keep their automata in 4 KiB pages (sam_rollout.drafter.pages switched
     off while they start and step), so that the huge pages' gain is measured in the same steps.
 
     k: the draft cap of every configuration's steps; None: each configuration's own k.
@@ -74,7 +74,7 @@ def sam_step_us(
 
 @contextlib.contextmanager
 def _pages(small: bool):
-    """sam.pages switched off (4 KiB pages) for what runs inside, when `small`."""
+    """sam_rollout.drafter.pages switched off (4 KiB pages) for what runs inside, when `small`."""
     before = os.environ.get(pages.DISABLE_ENV)
     if small:
         os.environ[pages.DISABLE_ENV] = "0"

@@ -1,6 +1,6 @@
 """Compare a baseline run and a SAM run from verl's file-logger JSONL (one {"step", "data"} per line).
 
-    python scripts/ab_compare.py BASELINE.jsonl SAM.jsonl [--plots DIR] [--tolerance 0.05]
+    python -m evals.ab_compare BASELINE.jsonl SAM.jsonl [--plots DIR] [--tolerance 0.05]
 
 Prints, per step and in total: rollout time (timing_s/gen, summed over a DAPO step's generation
 batches), the speed-up baseline/SAM, rollout time per 1,000 generated tokens and requests per step

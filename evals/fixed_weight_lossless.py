@@ -60,7 +60,7 @@ class ArmResult:
 
 def preset_messages(prompts: int = PROMPTS) -> list[list[dict]]:
     """The preset's first ``prompts`` training prompts (chat messages), as prepare_dapo_data.py writes them."""
-    from rollout.verl import dapo_data
+    from sam_rollout.verl.data import dapo as dapo_data
 
     return [row["prompt"] for row in dapo_data.arithmetic_rows(prompts, DATA_SEED, "train")]
 
@@ -68,7 +68,7 @@ def preset_messages(prompts: int = PROMPTS) -> list[list[dict]]:
 def preset_rollout_config(sam: bool, seed: int):
     from omegaconf import OmegaConf
 
-    from rollout.verl import recipe_config
+    from sam_rollout.verl.launcher import recipe_config
 
     overrides = [*INPUTS, LOAD_WEIGHTS, "sam=enabled" if sam else "sam=disabled", f"ab.seed={seed}"]
     cfg = recipe_config.compose_recipe(RECIPE, RECIPE, overrides)
@@ -102,8 +102,8 @@ async def _generate_arm(args, rollout, model: str, prompt_ids: list[list[int]], 
     from vllm.usage.usage_lib import UsageContext
     from vllm.v1.engine.async_llm import AsyncLLM
 
-    from rollout.metrics import SamStepTracker
-    from rollout.verl import replica
+    from sam_rollout.metrics import SamStepTracker
+    from sam_rollout.verl.runtime import replica
 
     args.model = model
     t0 = time.perf_counter()
@@ -275,7 +275,7 @@ def main(argv=None) -> int:
     seeds = dict(zip(("sam", "baseline"), args.seeds))
     arms = {arm: run_arm(arm, model, args.rounds, seeds[arm], args.prompts) for arm in ("sam", "baseline")}
     data = report(arms["sam"], arms["baseline"], args.alpha)
-    data["command"] = "python scripts/fixed_weight_lossless.py " + " ".join(argv if argv is not None else [])
+    data["command"] = "python -m evals.fixed_weight_lossless " + " ".join(argv if argv is not None else [])
     if args.json:
         write_json(args.json, data)
     print(format_summary(data))

@@ -4,4 +4,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh
-exec .venv/bin/python scripts/demo_engine.py "$@"
+exec .venv/bin/python -m benchmarks.demo_engine "$@"

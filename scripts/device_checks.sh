@@ -18,7 +18,7 @@
 #   bash scripts/device_checks.sh OUT_DIR --tiny     # CPU, tiny shapes: what the tests run
 #   SAM_CHECK_PARTS=engine bash scripts/device_checks.sh OUT_DIR   # one part only (kernels, engine)
 #
-# Then: python scripts/simulate_rollout.py --cost OUT_DIR/step_cost_dense.csv --moe-cost OUT_DIR/step_cost_moe_tp4.csv
+# Then: python -m benchmarks.simulate_rollout --cost OUT_DIR/step_cost_dense.csv --moe-cost OUT_DIR/step_cost_moe_tp4.csv
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${1:-results}"
@@ -57,18 +57,18 @@ failed=()
 
 if [[ " $parts " == *" kernels "* ]]; then
   echo "[device-checks] rejection sampler, $device -> $out/bench_rejection.json"
-  timeout "${limit[0]}" "$python" scripts/bench_rejection.py --device "$device" "${rejection[@]}" \
+  timeout "${limit[0]}" "$python" -m benchmarks.bench_rejection --device "$device" "${rejection[@]}" \
     --json "$out/bench_rejection.json"
-  "$python" scripts/bench_rejection.py --count-ops --batch-sizes 1 8 64 256 --draft-lengths 3 --accelerator-rows \
+  "$python" -m benchmarks.bench_rejection --count-ops --batch-sizes 1 8 64 256 --draft-lengths 3 --accelerator-rows \
     > "$out/rejection_op_counts.txt"
   echo "[device-checks] dense step cost (Qwen3-32B shape), $device -> $out/step_cost_dense.csv"
-  timeout "${limit[1]}" "$python" scripts/profile_step_cost.py --device "$device" "${dense[@]}" \
+  timeout "${limit[1]}" "$python" -m benchmarks.profile_step_cost --device "$device" "${dense[@]}" \
     --out "$out/step_cost_dense.csv"
   echo "[device-checks] MoE step cost (Qwen3-235B-A22B shape, TP 4), $device -> $out/step_cost_moe_tp4.csv"
-  timeout "${limit[2]}" "$python" scripts/profile_step_cost.py --device "$device" --model moe "${moe[@]}" \
+  timeout "${limit[2]}" "$python" -m benchmarks.profile_step_cost --device "$device" --model moe "${moe[@]}" \
     --out "$out/step_cost_moe_tp4.csv"
   echo "[device-checks] vLLM route (greedy identity with SAM_CHECK_MODEL) -> $out/vllm_route.json"
-  timeout "${limit[3]}" "$python" scripts/check_vllm_route.py --json "$out/vllm_route.json" "${model[@]}"
+  timeout "${limit[3]}" "$python" -m testkit.check_vllm_route --json "$out/vllm_route.json" "${model[@]}"
 fi
 
 if [[ " $parts " == *" engine "* ]]; then
@@ -76,7 +76,7 @@ if [[ " $parts " == *" engine "* ]]; then
   for i in "${!pieces[@]}"; do
     piece="${pieces[$i]}"
     echo "[device-checks] engine: $piece -> $out/engine_$piece.json (limit ${engine_limit[$i]} s)"
-    if ! timeout "${engine_limit[$i]}" "$python" scripts/gpu_engine_checks.py "$piece" \
+    if ! timeout "${engine_limit[$i]}" "$python" -m benchmarks.gpu_engine_checks "$piece" \
       --json "$out/engine_$piece.json" "${engine[@]}" "${model[@]}"; then
       echo "[device-checks] engine: $piece FAILED or timed out" >&2
       failed+=("$piece")

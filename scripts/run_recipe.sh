@@ -8,7 +8,7 @@
 #
 # Environment:
 #   MODEL_PATH        Hugging Face model directory (required; on every node)
-#   DATA_DIR          where scripts/prepare_dapo_data.py wrote the parquet files (default ~/data/dapo)
+#   DATA_DIR          where python -m sam_rollout.verl.data.prepare wrote the parquet files (default ~/data/dapo)
 #   TRAIN_FILE        default $DATA_DIR/dapo-math-17k.parquet
 #   TEST_FILE         default $DATA_DIR/aime-2024.parquet
 #   SAM_LAUNCHER      local (default: run on this Ray head / single node) or ray-job (ray job submit)
@@ -53,7 +53,7 @@ if [ -z "$python" ]; then
 fi
 
 cd "$repo"
-PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}" exec "$python" -m rollout.verl.launch \
+PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}" exec "$python" -m sam_rollout.verl.launcher.launch \
   --recipe "$recipe" --config-name "$config_name" --trainer "${SAM_TRAINER:-core}" \
   --launcher "${SAM_LAUNCHER:-local}" "${dry_run[@]}" "${verbose[@]}" -- \
   "actor_rollout_ref.model.path=$MODEL_PATH" "data.train_files=$train_file" "data.val_files=$test_file" \

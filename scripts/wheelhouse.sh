@@ -2,7 +2,7 @@
 # An offline wheelhouse: the wheels an air-gapped machine needs to run SAM with a vLLM release (vLLM, the
 # part of its dependency closure the target lacks, this project's wheel), a manifest, and the
 # `pip install --no-index` commands for the target. Run it on a machine with internet; the code is
-# rollout/wheelhouse.py (its --help says every option).
+# sam_rollout/wheelhouse.py (its --help says every option).
 #
 #   bash scripts/wheelhouse.sh --out house --python-version 3.12 --platform manylinux_2_35_x86_64 \
 #       --vllm 0.26.0 --freeze configs/wheelhouse/h200_cuda_image.txt [--verl] [--replace NAME ...]
@@ -11,4 +11,4 @@
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 export PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}"
-exec "${PYTHON:-python3}" -m rollout.wheelhouse "$@"
+exec "${PYTHON:-python3}" -m sam_rollout.wheelhouse "$@"

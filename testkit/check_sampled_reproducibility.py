@@ -1,6 +1,6 @@
 """Is a sampled run reproducible from the engine seed? Each setting twice, same everything.
 
-    python scripts/check_sampled_reproducibility.py [--settings none ngram sam] [--runs 2]
+    python -m testkit.check_sampled_reproducibility [--settings none ngram sam] [--runs 2]
 
 Runs the engine benchmark's workload (DAPO prompts in the chat template, n samples each, T=1.0,
 engine seed only) through a fresh engine per run with the settings of `testkit/engine.py`, and

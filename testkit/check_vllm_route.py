@@ -1,10 +1,10 @@
 """Which SAM route the installed vLLM offers and, given a model, whether SAM on it decodes greedily exactly
 as the engine without speculation (device_checks.sh's vLLM part).
 
-    python scripts/check_vllm_route.py --json OUT.json                  # route only (no engine)
-    python scripts/check_vllm_route.py --json OUT.json --model PATH     # plus a greedy identity run
+    python -m testkit.check_vllm_route --json OUT.json                  # route only (no engine)
+    python -m testkit.check_vllm_route --json OUT.json --model PATH     # plus a greedy identity run
 
-vLLM 0.34 runs SAM as method "sam", vLLM 0.23 to 0.32 as custom_class (rollout/vllm/routes.py). Without
+vLLM 0.34 runs SAM as method "sam", vLLM 0.23 to 0.32 as custom_class (sam_rollout/vllm/routes.py). Without
 vLLM the JSON says so and the script exits 0: the accelerator machine may have none.
 """
 
@@ -24,7 +24,7 @@ PROMPTS = [
 
 
 def speculative_config(route: str, k: int) -> dict:
-    from rollout.engine_kwargs import SAM_PROPOSER
+    from sam_rollout.engine_kwargs import SAM_PROPOSER
 
     if route == "sam":
         return {"method": "sam", "num_speculative_tokens": k}
@@ -66,7 +66,7 @@ def main() -> None:
     else:
         import vllm
 
-        from rollout.vllm import routes
+        from sam_rollout.vllm import routes
 
         report["vllm"] = vllm.__version__
         report["routes"] = sorted(routes.available_routes())

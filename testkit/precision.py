@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from rollout.engine_kwargs import sam_engine_kwargs
+from sam_rollout.engine_kwargs import sam_engine_kwargs
 from testkit.vllm_tools import shutdown
 
 

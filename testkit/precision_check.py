@@ -1,6 +1,6 @@
 """Which dtypes are bit-exact between the decode path and the verify path? (testkit/precision.py)
 
-python scripts/precision_check.py [--dtypes float32 bfloat16] [--prompts 4] [--max-tokens 128]
+python -m testkit.precision_check [--dtypes float32 bfloat16] [--prompts 4] [--max-tokens 128]
 """
 
 from __future__ import annotations

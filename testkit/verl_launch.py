@@ -13,7 +13,7 @@ def launch_server_args(rollout_cfg, *, replica_rank=0, model_path="/unused", gpu
     from omegaconf import open_dict
     from verl.utils.config import omega_conf_to_dataclass
 
-    from rollout.verl import replica
+    from sam_rollout.verl.runtime import replica
 
     server = object.__new__(replica.SamvLLMHttpServer)  # no Ray actor, no devices: set what launch_server reads
     with open_dict(rollout_cfg):

@@ -1,6 +1,6 @@
 """Helpers shared by the drafter's property tests."""
 
-from sam.reference import ReferenceAutomaton
+from testkit.reference_drafter import ReferenceAutomaton
 
 
 def finish_into_history(drafter, responses) -> ReferenceAutomaton:

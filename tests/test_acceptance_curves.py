@@ -9,7 +9,7 @@ import pytest
 from benchmarks.acceptance_curves import acceptance_profile, bin_midpoints, long_responses_only, power_of_two_edges
 from benchmarks.drafters import SamDrafter
 from benchmarks.replay import POSITION_BINS, ReplayStats, bin_labels, replay
-from sam import DraftConfig
+from sam_rollout.drafter import DraftConfig
 from testkit.data import TraceGroup
 
 CYCLE = np.arange(8, dtype=np.int32)  # 8 distinct tokens, none of them in the prompt

@@ -1,4 +1,4 @@
-"""rollout/ascend/ngram_route.py against the real vllm-ascend source (parsed with ast; no NPU, no import).
+"""sam_rollout/ascend/ngram_route.py against the real vllm-ascend source (parsed with ast; no NPU, no import).
 
 Source: the vllm-ascend wheel matching vLLM 0.23 (the verl 0.9.1 Ascend stack). Located by
 env SAM_VLLM_ASCEND_WHEEL (a .whl path), else fetched with
@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from conftest import require
 
-from rollout.ascend import ngram_route
+from sam_rollout.ascend import ngram_route
 
 ASCEND_VERSION = "0.23.0"
 
@@ -110,7 +110,7 @@ def test_runner_builds_drafter_in_get_drafter_and_dispatches_by_isinstance(wheel
     assert "isinstance(self.drafter, AscendNgramProposer)" in src
     assert "self.drafter.propose(valid_sampled_token_ids)" in src  # 0.23
     assert "self.drafter.propose(scheduler_output.num_spec_tokens_to_schedule, valid_sampled_token_ids" in src
-    # finished requests: NPUModelRunner._update_states defers to vLLM's (patched by rollout.vllm.runner_patch)
+    # finished requests: NPUModelRunner._update_states defers to vLLM's (patched by sam_rollout.vllm.runner_patch)
     (us,) = m["_update_states"]
     assert "super()._update_states(scheduler_output)" in ast.unparse(us)
 

@@ -139,7 +139,7 @@ def test_patched_function_exists_with_assumed_parameters(sampler_tree: ast.Modul
 
 
 def test_placeholder_token_matches(ascend_loops: dict) -> None:
-    from sam.rejection import PLACEHOLDER_TOKEN_ID
+    from sam_rollout.rejection import PLACEHOLDER_TOKEN_ID
 
     assert ascend_loops["PLACEHOLDER_TOKEN_ID"] == PLACEHOLDER_TOKEN_ID
 

@@ -1,13 +1,13 @@
-"""sam.auto_switch: the online switch learns a step cost and the drafts' acceptance from the steps it sees,
-and chooses k per step close to what the true cost model would choose, exploring little."""
+"""sam_rollout.drafter.auto_switch: the online switch learns a step cost and the drafts' acceptance from the
+steps it sees, and chooses k per step close to what the true cost model would choose, exploring little."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from sam import auto_switch as sw
-from sam.auto_switch import AutoSwitch
+from sam_rollout.drafter import auto_switch as sw
+from sam_rollout.drafter.auto_switch import AutoSwitch
 
 K = 3
 

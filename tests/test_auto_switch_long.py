@@ -1,4 +1,4 @@
-"""sam.auto_switch with long drafts (cap 16, match-scaled lengths): the switch learns what verifying q
+"""sam_rollout.drafter.auto_switch with long drafts (cap 16, match-scaled lengths): the switch learns what verifying q
 tokens costs up to the cap from the steps it sees, drafts long where verification is cheap (a dense
 GPU step at small batch) and keeps drafts short or off where it is dear (an MoE step at small batch,
 a CPU), on step costs shaped like the H200 anchors (../shared/data/anchors/)."""
@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sam import auto_switch as sw
-from sam.auto_switch import AutoSwitch
+from sam_rollout.drafter import auto_switch as sw
+from sam_rollout.drafter.auto_switch import AutoSwitch
 
 CAP = 16
 # relative step cost at q tokens per request (plain step: q = 1), batch 4, 2k context, from the anchors

@@ -1,4 +1,4 @@
-"""rollout.vllm.cpu_drafted_rows: vLLM's ``sample_recovered_tokens`` compacted to the requests that have
+"""sam_rollout.vllm.cpu_drafted_rows: vLLM's ``sample_recovered_tokens`` compacted to the requests that have
 drafts gives the very tokens vLLM's own gives, with the CPU kernels bound as a worker binds them.
 
 Every request carries its own seeded generator, so vLLM's noise for a drafted request comes from that
@@ -22,7 +22,7 @@ SEEDS = 20
 COMPARE = f"""
 import json, types, torch
 from vllm.v1.sample import rejection_sampler as rs
-from rollout.vllm.cpu_drafted_rows import drafted_rows_only
+from sam_rollout.vllm.cpu_drafted_rows import drafted_rows_only
 original = rs.sample_recovered_tokens
 patched = drafted_rows_only(original)
 counts, vocab, cpu = {COUNTS}, 50, torch.device("cpu")

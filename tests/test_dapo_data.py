@@ -1,4 +1,4 @@
-"""The recipes' data rows (rollout/verl/dapo_data.py): the DAPO instruction, and the easy arithmetic set
+"""The recipes' data rows (sam_rollout/verl/data/dapo.py): the DAPO instruction, and the easy arithmetic set
 of the CPU preset, whose answers verl's math_dapo scorer (mirrored in evals.math_answers) accepts."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import re
 from conftest import require_module
 
 from evals.math_answers import builtin_score
-from rollout.verl import dapo_data
+from sam_rollout.verl.data import dapo as dapo_data
 
 
 def question_of(row: dict) -> str:

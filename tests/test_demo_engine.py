@@ -1,4 +1,4 @@
-"""The README's main job, small: scripts/demo_engine.py end to end in a real engine, in two cycles (the
+"""The README's main job, small: python -m benchmarks.demo_engine end to end in a real engine, in two cycles (the
 sampled batch off, on, on, off twice; the greedy batch in two pairs), with its greedy identity check.
 On a CPU with AVX-512 it runs a second time as on one without (vLLM's ``_C_AVX2`` kernels,
 ``testkit.cpu_isa``), so that the path of such machines is tested here too."""
@@ -34,7 +34,7 @@ def demo(request, tmp_path_factory) -> dict:
     args = ["--prompts", "2", "--n", "2", "--median-tokens", "12", "--max-tokens", "32", "--greedy-tokens", "32"]
     args += ["--cycles", "2", "--json", str(out / "demo.json"), "--log", str(out / "vllm.log")]
     r = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "demo_engine.py"), *args],
+        [sys.executable, "-m", "benchmarks.demo_engine", *args],
         cwd=REPO,
         capture_output=True,
         text=True,

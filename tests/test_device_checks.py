@@ -32,7 +32,7 @@ def test_tiny_mode_writes_every_kernel_result(tmp_path):
         rows = list(csv.DictReader((tmp_path / name).open()))
         assert len(rows) == 4 and all(float(row[f"ms_per_step_{layers}_layers"]) > 0 for row in rows)
     route = json.loads((tmp_path / "vllm_route.json").read_text())
-    from rollout.vllm import routes
+    from sam_rollout.vllm import routes
 
     assert route["routes"] == sorted(routes.available_routes()) and route["engine"] == "skipped: no --model"
 

@@ -1,11 +1,11 @@
-"""rollout.draft_scoring: full drafts scored against the tokens emitted later, exactly and without bias."""
+"""sam_rollout.draft_scoring: full drafts scored against the tokens emitted later, exactly and without bias."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from rollout.draft_scoring import ROUND_ROWS, DraftScorer
+from sam_rollout.draft_scoring import ROUND_ROWS, DraftScorer
 
 K = 3
 

@@ -15,11 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rollout.metrics import SamStepTracker
-from rollout.settings import SETTINGS_KEY, SamSettings
-from rollout.stepper import SamStepper
-from sam.auto_switch import JUMP_KEEP
-from sam.prompt_store import prompt_key
+from sam_rollout.drafter.auto_switch import JUMP_KEEP
+from sam_rollout.drafter.prompt_store import prompt_key
+from sam_rollout.metrics import SamStepTracker
+from sam_rollout.settings import SETTINGS_KEY, SamSettings
+from sam_rollout.stepper import SamStepper
 
 W = 64  # row width (max_model_len)
 ROOT = Path(__file__).resolve().parents[1]
@@ -422,12 +422,14 @@ def test_compile_kernels_leaves_nothing_to_compile_in_an_engine_session(raw):
             import json
             import numpy as np
             from numba.core.registry import CPUDispatcher
-            import sam._core, sam.auto_switch, sam.switch
-            from rollout.settings import SamSettings
-            from rollout.stepper import SamStepper, compile_kernels
+            from sam_rollout import drafter
+            import sam_rollout.drafter._core, sam_rollout.drafter.auto_switch, sam_rollout.drafter.switch
+            from sam_rollout.settings import SamSettings
+            from sam_rollout.stepper import SamStepper, compile_kernels
 
             def signatures():
-                return {f"{m.__name__}.{name}": len(f.signatures) for m in (sam._core, sam.auto_switch, sam.switch)
+                modules = (drafter._core, drafter.auto_switch, drafter.switch)
+                return {f"{m.__name__}.{name}": len(f.signatures) for m in modules
                         for name, f in vars(m).items() if isinstance(f, CPUDispatcher)}
 
             settings = SamSettings.from_mapping(3, SETTINGS)

@@ -26,7 +26,7 @@ require_module("vllm")
 
 from vllm import LLM, SamplingParams  # noqa: E402
 
-from rollout.engine_kwargs import sam_engine_kwargs  # noqa: E402
+from sam_rollout.engine_kwargs import sam_engine_kwargs  # noqa: E402
 from testkit.data import shared_data_dir  # noqa: E402
 from testkit.vllm_tools import counter_delta as delta  # noqa: E402
 from testkit.vllm_tools import shutdown  # noqa: E402
@@ -270,7 +270,7 @@ def test_bad_setting_fails_engine_start(model_dir, tmp_path):
                 LLM({model_dir!r}, dtype="float32", max_model_len=512, enforce_eager=True,
                     kv_cache_memory_bytes=1 << 28,
                     speculative_config={{"method": "custom_class",
-                                         "model": "rollout.proposer.SamProposer",
+                                         "model": "sam_rollout.proposer.SamProposer",
                                          "num_speculative_tokens": 3}},
                     additional_config={{"sam_spec": {{"threshold": -1}}}})
             """

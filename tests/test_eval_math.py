@@ -344,7 +344,7 @@ def test_cli_errors(args, message, tmp_path):
     (tmp_path / "one.jsonl").write_text(json.dumps({"question": "1+1?", "answer": "#### 2"}) + "\n")
     args = [a.format(empty=tmp_path / "empty.jsonl", one=tmp_path / "one.jsonl") for a in args]
     r = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "eval_math.py"), *args], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "evals.eval_math_cli", *args], cwd=REPO, capture_output=True, text=True, timeout=120
     )
     assert r.returncode != 0
     assert message in r.stderr, r.stderr[-2000:]

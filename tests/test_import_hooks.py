@@ -1,10 +1,10 @@
-"""rollout.import_hooks.after_import: a patch runs once, right after its module's first import, or at once."""
+"""sam_rollout.import_hooks.after_import: a patch runs once, right after its module's first import, or at once."""
 
 from __future__ import annotations
 
 import sys
 
-from rollout.import_hooks import after_import
+from sam_rollout.import_hooks import after_import
 
 
 def write_module(tmp_path, name):

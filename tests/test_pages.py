@@ -1,4 +1,4 @@
-"""sam.pages: large automaton arrays in 2 MiB-aligned mappings advised for huge pages, small ones from
+"""sam_rollout.drafter.pages: large automaton arrays in 2 MiB-aligned mappings advised for huge pages, small ones from
 numpy; drafts are the same either way."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import mmap
 import numpy as np
 import pytest
 
-from sam import BatchDrafter, DraftConfig, pages
+from sam_rollout.drafter import BatchDrafter, DraftConfig, pages
 
 MIB = 1 << 20
 needs_madvise = pytest.mark.skipif(not hasattr(mmap, "MADV_HUGEPAGE"), reason="no MADV_HUGEPAGE here")

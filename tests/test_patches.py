@@ -1,4 +1,4 @@
-"""rollout.patches: the registry matches docs/patches.md, each switch turns its patch off, version ranges
+"""sam_rollout.patches: the registry matches docs/patches.md, each switch turns its patch off, version ranges
 and platforms select as documented, and applying twice patches once (in a vLLM process: the plugin)."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 from conftest import require, require_module
 from vllm_cpu_kernels import run_with_cpu_kernels
 
-from rollout import patches
-from rollout.patches import ALL_PLATFORMS, BY_NAME, PATCHES, V1_RUNNER, decide, in_range, is_patched, replace
+from sam_rollout import patches
+from sam_rollout.patches import ALL_PLATFORMS, BY_NAME, PATCHES, V1_RUNNER, decide, in_range, is_patched, replace
 
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "patches.md"
@@ -158,7 +158,7 @@ def test_replace_marks_and_patches_once():
 
 PLUGIN_TWICE = """
 import importlib, json
-from rollout import patches, plugin
+from sam_rollout import patches, plugin
 plugin.register(); plugin.register()
 
 def resolve(dotted):

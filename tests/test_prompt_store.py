@@ -7,8 +7,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sam import SOURCE_GROUP, SOURCE_HISTORY, SOURCE_NONE, SOURCE_STORE, BatchDrafter, DraftConfig, PromptStore
-from sam.reference import ReferenceAutomaton, brute_force_first_draft, brute_force_frequent_draft
+from sam_rollout.drafter import (
+    SOURCE_GROUP,
+    SOURCE_HISTORY,
+    SOURCE_NONE,
+    SOURCE_STORE,
+    BatchDrafter,
+    DraftConfig,
+    PromptStore,
+)
+from testkit.reference_drafter import ReferenceAutomaton, brute_force_first_draft, brute_force_frequent_draft
 
 PROMPT_A, PROMPT_B, PROMPT_C = (np.arange(n, n + 5, dtype=np.int32) for n in (100, 200, 300))
 

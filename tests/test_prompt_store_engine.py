@@ -20,9 +20,9 @@ require_module("vllm")
 from test_engine_vllm import ENGINE_KW, _worker_path, as_inputs, model_dir, sam_metrics  # noqa: E402, F401
 from vllm import LLM, SamplingParams  # noqa: E402
 
-from rollout.engine_kwargs import sam_engine_kwargs  # noqa: E402
-from sam import PromptStore  # noqa: E402
-from sam.prompt_store import prompt_key  # noqa: E402
+from sam_rollout.drafter import PromptStore  # noqa: E402
+from sam_rollout.drafter.prompt_store import prompt_key  # noqa: E402
+from sam_rollout.engine_kwargs import sam_engine_kwargs  # noqa: E402
 from testkit.vllm_tools import shutdown  # noqa: E402
 
 K = 3

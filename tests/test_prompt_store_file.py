@@ -12,11 +12,11 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from rollout.metrics import SamStepTracker
-from rollout.settings import SamSettings
-from rollout.stepper import SamStepper
-from sam import SOURCE_STORE, BatchDrafter, DraftConfig, PromptStore
-from sam import prompt_store as ps
+from sam_rollout.drafter import SOURCE_STORE, BatchDrafter, DraftConfig, PromptStore
+from sam_rollout.drafter import prompt_store as ps
+from sam_rollout.metrics import SamStepTracker
+from sam_rollout.settings import SamSettings
+from sam_rollout.stepper import SamStepper
 
 BIG = 1 << 30
 
@@ -98,7 +98,7 @@ def small_saved_store(tmp_path):
 
 
 def assert_unused(path, reason, caplog, *, budget=BIG):
-    with caplog.at_level(logging.WARNING, logger="sam.prompt_store"):
+    with caplog.at_level(logging.WARNING, logger="sam_rollout.drafter.prompt_store"):
         loaded, problem = PromptStore.load(path, budget, 1000)
     assert len(loaded) == 0 and loaded.nbytes == 0
     assert problem is not None and path in problem and reason in problem

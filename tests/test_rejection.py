@@ -16,14 +16,14 @@ import numpy as np
 import pytest
 import torch
 
-import sam.rejection
-from sam.rejection import (
+import sam_rollout.rejection
+from sam_rollout.rejection import (
     PLACEHOLDER_TOKEN_ID,
     expand_batch_to_tokens,
     rejection_sample,
     sample_recovered_tokens,
 )
-from sam.rejection_reference import rejection_sample_reference
+from sam_rollout.rejection_loop import rejection_sample_reference
 from testkit.chi_square import chi_square_p_value  # tests/test_vllm_cpu_sampler.py imports it from here
 
 Sampler = Callable[..., torch.Tensor]
@@ -31,12 +31,12 @@ Sampler = Callable[..., torch.Tensor]
 
 def rejection_sample_every_row(**arguments) -> torch.Tensor:
     """The vectorised sampler as it runs on an accelerator: a recovered token for every request."""
-    original_rule = sam.rejection.recovers_every_request
-    sam.rejection.recovers_every_request = lambda device: True
+    original_rule = sam_rollout.rejection.recovers_every_request
+    sam_rollout.rejection.recovers_every_request = lambda device: True
     try:
         return rejection_sample(**arguments)
     finally:
-        sam.rejection.recovers_every_request = original_rule
+        sam_rollout.rejection.recovers_every_request = original_rule
 
 
 VECTORISED = {"vectorised": rejection_sample, "vectorised-every-row": rejection_sample_every_row}
@@ -537,8 +537,8 @@ def test_recovered_tokens_for_every_position() -> None:
 
 
 def test_module_is_free_of_vllm_and_verl() -> None:
-    for module in ("rejection.py", "rejection_reference.py"):
-        tree = ast.parse((Path(__file__).parents[1] / "sam" / module).read_text())
+    for module in ("rejection.py", "rejection_loop.py"):
+        tree = ast.parse((Path(__file__).parents[1] / "sam_rollout" / module).read_text())
         imported = {
             alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names
         }
@@ -550,7 +550,7 @@ def test_module_is_free_of_vllm_and_verl() -> None:
 
 def test_reference_draws_on_the_logits_device(monkeypatch: pytest.MonkeyPatch) -> None:
     """The loop draws its uniforms and noise where the logits are (CUDA logits with CPU draws crashed)."""
-    import sam.rejection_reference as reference
+    import sam_rollout.rejection_loop as reference
 
     devices = []
     original_rand, original_empty = torch.rand, torch.empty
@@ -584,19 +584,19 @@ def test_reference_draws_on_the_logits_device(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_single_request_on_an_accelerator_goes_to_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert sam.rejection.loop_is_cheaper(1, torch.device("cuda"))
-    assert not sam.rejection.loop_is_cheaper(2, torch.device("cuda"))
-    assert not sam.rejection.loop_is_cheaper(1, torch.device("cpu"))
+    assert sam_rollout.rejection.loop_is_cheaper(1, torch.device("cuda"))
+    assert not sam_rollout.rejection.loop_is_cheaper(2, torch.device("cuda"))
+    assert not sam_rollout.rejection.loop_is_cheaper(1, torch.device("cpu"))
 
     calls = []
-    original_loop = sam.rejection.rejection_sample_reference
+    original_loop = sam_rollout.rejection.rejection_sample_reference
 
     def counted_loop(*args, **kwargs):
         calls.append(1)
         return original_loop(*args, **kwargs)
 
-    monkeypatch.setattr(sam.rejection, "rejection_sample_reference", counted_loop)
-    monkeypatch.setattr(sam.rejection, "loop_is_cheaper", lambda batch_size, device: batch_size == 1)
+    monkeypatch.setattr(sam_rollout.rejection, "rejection_sample_reference", counted_loop)
+    monkeypatch.setattr(sam_rollout.rejection, "loop_is_cheaper", lambda batch_size, device: batch_size == 1)
     batch = random_batch(
         torch.Generator().manual_seed(8),
         batch_size=1,

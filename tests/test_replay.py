@@ -6,7 +6,7 @@ import pytest
 
 from benchmarks.drafters import SamDrafter
 from benchmarks.replay import replay, replay_revisits
-from sam import DraftConfig
+from sam_rollout.drafter import DraftConfig
 from testkit.data import TraceGroup
 
 

@@ -1,11 +1,11 @@
-"""Per-step routing metrics from the router's cumulative snapshots (rollout.routing_metrics): the
+"""Per-step routing metrics from the router's cumulative snapshots (sam_rollout.routing_metrics): the
 difference since the last step, and every ratio within its bounds whatever the snapshots."""
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rollout.routing_metrics import COUNTERS, RoutingStepTracker, store_hit_rate
+from sam_rollout.routing_metrics import COUNTERS, RoutingStepTracker, store_hit_rate
 
 
 def snapshot(requests, by_server, **counters):
@@ -69,7 +69,7 @@ def test_no_router_no_metrics():
 
 
 def test_rollout_time_per_generated_token_sums_replicas_and_survives_a_restart():
-    from rollout.metrics import GenerationStepTracker
+    from sam_rollout.metrics import GenerationStepTracker
 
     tracker = GenerationStepTracker()
     first = tracker.step_metrics({"rollout_0": 600, "rollout_1": 400}, rollout_seconds=20.0)
@@ -129,7 +129,7 @@ def test_every_routing_ratio_stays_in_its_bounds(log):
 @given(st.lists(st.tuples(st.integers(0, 100), st.integers(0, 100), st.booleans()), min_size=1, max_size=8))
 def test_the_store_hit_rate_stays_in_0_1_through_the_sam_step_tracker(steps):
     """Engine snapshots whose requests with a store are a subset of those started (restarts included)."""
-    from rollout.metrics import SamStepTracker
+    from sam_rollout.metrics import SamStepTracker
 
     tracker = SamStepTracker()
     started = hits = 0

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sam import BatchDrafter, DraftConfig
-from sam import _core as core
+from sam_rollout.drafter import BatchDrafter, DraftConfig
+from sam_rollout.drafter import _core as core
 
 PROPERTY = settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 

@@ -5,9 +5,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sam_helpers import appended_one_by_one, finish_into_history, single_member
 
-from sam import SOURCE_GROUP, SOURCE_HISTORY, SOURCE_NONE, BatchDrafter, DraftConfig
-from sam import _core as core
-from sam.reference import MatchLength, ReferenceAutomaton, brute_force_frequent_draft, kept_follower
+from sam_rollout.drafter import SOURCE_GROUP, SOURCE_HISTORY, SOURCE_NONE, BatchDrafter, DraftConfig
+from sam_rollout.drafter import _core as core
+from testkit.reference_drafter import MatchLength, ReferenceAutomaton, brute_force_frequent_draft, kept_follower
 
 PROPERTY = settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 SOURCE_OF = {None: SOURCE_NONE, 0: SOURCE_GROUP}

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from sam import SOURCE_GROUP, SOURCE_HISTORY, SOURCE_NONE, BatchDrafter, DraftConfig, SuffixAutomaton
+from sam_rollout.drafter import SOURCE_GROUP, SOURCE_HISTORY, SOURCE_NONE, BatchDrafter, DraftConfig, SuffixAutomaton
 
 
 def repetitive(n, seed=0, alphabet=50):

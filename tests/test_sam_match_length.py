@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 from sam_helpers import single_member
 from test_prompt_store import SOURCE_OF, prompt_with_responses, visit
 
-from sam import BatchDrafter, DraftConfig
-from sam.reference import (
+from sam_rollout.drafter import BatchDrafter, DraftConfig
+from testkit.reference_drafter import (
     MatchLength,
     brute_force_draft,
     brute_force_first_draft,

@@ -5,8 +5,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sam_helpers import appended_one_by_one, finish_into_history
 
-from sam import BatchDrafter, DraftConfig, SuffixAutomaton
-from sam.reference import ReferenceAutomaton, brute_force_draft, brute_force_history_draft
+from sam_rollout.drafter import BatchDrafter, DraftConfig, SuffixAutomaton
+from testkit.reference_drafter import ReferenceAutomaton, brute_force_draft, brute_force_history_draft
 
 PROPERTY = settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 

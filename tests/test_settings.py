@@ -6,11 +6,11 @@ from dataclasses import fields
 
 import pytest
 
-from rollout.engine_kwargs import sam_engine_kwargs
-from rollout.settings import AUTO, DEFAULT_SWITCH, KNOWN_KEYS, SamSettings
-from rollout.verl.engine_args import check_sam_engine_kwargs
-from sam import DraftConfig
-from sam.switch import k_for_batch
+from sam_rollout.drafter import DraftConfig
+from sam_rollout.drafter.switch import k_for_batch
+from sam_rollout.engine_kwargs import sam_engine_kwargs
+from sam_rollout.settings import AUTO, DEFAULT_SWITCH, KNOWN_KEYS, SamSettings
+from sam_rollout.verl.runtime.engine_args import check_sam_engine_kwargs
 
 
 class _VllmConfig:  # the two attributes SamSettings.from_vllm_config reads
@@ -25,7 +25,7 @@ def test_the_settings_reach_the_engine_and_verl_checks_alike():
     kw = sam_engine_kwargs(4, switch=[[2, 4], [8, 1]], group_aware=False)
     assert kw["speculative_config"] == {
         "method": "custom_class",
-        "model": "rollout.proposer.SamProposer",
+        "model": "sam_rollout.proposer.SamProposer",
         "num_speculative_tokens": 4,
     }
     from_engine = SamSettings.from_vllm_config(_VllmConfig(kw))
@@ -150,7 +150,7 @@ def test_the_sam_method_arguments_pass_vllm_034s_own_schedule_checks():
 
     from conftest import released_wheel
 
-    from rollout.vllm.speculator import sam_method_engine_kwargs
+    from sam_rollout.vllm.speculator import sam_method_engine_kwargs
 
     source = released_wheel("vllm", "0.34.0").read("vllm/v1/spec_decode/dynamic/utils.py").decode()
     dynamic = types.ModuleType("vllm034_dynamic_sd")

@@ -235,7 +235,8 @@ def test_profile_script_runs_on_cpu_tiny_shapes(tmp_path):
     out = tmp_path / "profile.csv"
     cmd = [
         sys.executable,
-        str(ROOT / "scripts/profile_step_cost.py"),
+        "-m",
+        "benchmarks.profile_step_cost",
         "--device",
         "cpu",
         "--layers",
@@ -430,7 +431,7 @@ def test_setup_from_recipe_reads_the_published_replicas(tmp_path):
 def test_routed_acceptance_artifact_when_present():
     path = ROOT / "benchmarks/results/simulate_cluster_acceptance_qwen25math_k3.json"
     if not path.exists():
-        pytest.skip("routed acceptance not replayed yet (scripts/simulate_rollout.py --cluster)")
+        pytest.skip("routed acceptance not replayed yet (python -m benchmarks.simulate_rollout --cluster)")
     p = json.loads(path.read_text())["profiles"]
     reps = sorted({int(key.split("/")[1][1:]) for key in p})
     for epoch in ("first", "later"):

@@ -3,7 +3,7 @@
 import numpy as np
 
 from benchmarks import speed
-from sam import DraftConfig
+from sam_rollout.drafter import DraftConfig
 
 
 def test_side_by_side_timing_reports_every_configuration_against_the_first():

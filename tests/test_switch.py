@@ -1,14 +1,12 @@
-"""sam.switch (schedules, acceptance by k, cost-model decisions, MoE expert counts) and its wiring
-into rollout.settings / rollout.stepper (additional_config.sam_spec.schedule)."""
+"""sam_rollout.drafter.switch (schedules, acceptance by k, cost-model decisions, MoE expert counts) and its wiring
+into sam_rollout.settings / sam_rollout.stepper (additional_config.sam_spec.schedule)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from rollout.settings import SamSettings
-from rollout.stepper import SamStepper
-from sam.switch import (
+from sam_rollout.drafter.switch import (
     acceptance_by_k,
     choose_k,
     derive_schedule,
@@ -20,6 +18,8 @@ from sam.switch import (
     threshold_schedule,
     validate_schedule,
 )
+from sam_rollout.settings import SamSettings
+from sam_rollout.stepper import SamStepper
 
 # ---------------------------------------------------------------------------------- schedules
 

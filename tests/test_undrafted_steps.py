@@ -1,4 +1,4 @@
-"""rollout.vllm.undrafted_steps: a step without drafts, handed to the plain sampler, gives the very
+"""sam_rollout.vllm.undrafted_steps: a step without drafts, handed to the plain sampler, gives the very
 tokens and logprobs vLLM's own rejection sampler gives, with the CPU kernels bound as a worker binds them.
 
 Both versions run on the same logits from the same random state (with the recovery noise compacted as
@@ -24,8 +24,8 @@ import json, torch
 from vllm.v1.sample.rejection_sampler import RejectionSampler
 from vllm.v1.sample.sampler import Sampler
 from testkit.vllm_tools import sampling_metadata, spec_metadata
-from rollout.vllm import cpu_drafted_rows, cpu_sampler_fix
-from rollout.vllm.undrafted_steps import plain_sampling_without_drafts
+from sam_rollout.vllm import cpu_drafted_rows, cpu_sampler_fix
+from sam_rollout.vllm.undrafted_steps import plain_sampling_without_drafts
 
 # as the plugin does on a CPU platform: vLLM's expand kernel guarded, no recovery noise without drafts
 cpu_sampler_fix.install()

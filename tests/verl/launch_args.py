@@ -3,7 +3,7 @@ vLLMHttpServer.launch_server builds from it (imported after the verl gate: they 
 
 from omegaconf import OmegaConf
 
-from rollout.verl import recipe_config
+from sam_rollout.verl.launcher import recipe_config
 from testkit.verl_launch import launch_server_args
 
 INPUTS = ["actor_rollout_ref.model.path=/unused", "data.train_files=/unused", "data.val_files=/unused"]

@@ -1,8 +1,8 @@
-"""The prompt stores in verl 0.9.1's checkpoints (rollout.verl.checkpoint): the folders verl's V1 trainer
+"""The prompt stores in verl 0.9.1's checkpoints (sam_rollout.verl.runtime.checkpoint): the folders verl's V1 trainer
 saves to and resumes from, and its real ``_save_checkpoint``/``_load_checkpoint`` wrapped, on a sync
 trainer built from the CPU recipe's config. Stood in: the actor worker group and the dataloader (no
 model here), and each replica's server, a Ray actor whose one engine worker holds a real SamStepper
-and answers through the worker RPCs of rollout.vllm.runner_patch."""
+and answers through the worker RPCs of sam_rollout.vllm.runner_patch."""
 
 import os
 from types import SimpleNamespace
@@ -17,7 +17,8 @@ from test_verl_metrics import WORKER_START_S, ray_local  # noqa: E402, F401 (Ray
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync  # noqa: E402
 from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path  # noqa: E402
 
-from rollout.verl import checkpoint, recipe_config, replica  # noqa: E402
+from sam_rollout.verl.launcher import recipe_config  # noqa: E402
+from sam_rollout.verl.runtime import checkpoint, replica  # noqa: E402
 
 RECIPE = ("dapo_smollm2_cpu", "dapo_smollm2_cpu")
 
@@ -72,7 +73,7 @@ def test_checkpoints_kept_follows_verls_actor_rule(tmp_path):
 @ray.remote(num_cpus=0)
 class StoreServer:
     """Stands in for SamvLLMHttpServer: an engine of `workers` workers, each with a real SamStepper, which
-    the worker RPCs of rollout.vllm.runner_patch answer as collective_rpc does (one result per worker).
+    the worker RPCs of sam_rollout.vllm.runner_patch answer as collective_rpc does (one result per worker).
     `unreadable_on`: workers whose load fails as on a node that cannot read the file."""
 
     def __init__(self, workers=1, unreadable_on=()):
@@ -81,8 +82,8 @@ class StoreServer:
 
     def restart(self):
         """A new engine: empty prompt stores."""
-        from rollout.settings import SamSettings
-        from rollout.stepper import SamStepper
+        from sam_rollout.settings import SamSettings
+        from sam_rollout.stepper import SamStepper
 
         self.workers = []
         for rank in range(self.size):
@@ -102,18 +103,18 @@ class StoreServer:
         return [(key, [r.tolist() for r in responses]) for key, responses in store.items()]
 
     async def sam_save_prompt_store(self, path):
-        from rollout.vllm.runner_patch import worker_sam_save_prompt_store
+        from sam_rollout.vllm.runner_patch import worker_sam_save_prompt_store
 
         return [worker_sam_save_prompt_store(w, path) for w in self.workers]
 
     async def sam_load_prompt_store(self, path):
-        from rollout.vllm.runner_patch import worker_sam_load_prompt_store
+        from sam_rollout.vllm.runner_patch import worker_sam_load_prompt_store
 
         return [worker_sam_load_prompt_store(w, path + ".unreadable" if w.rank in self.unreadable_on else path)
                 for w in self.workers]  # fmt: skip
 
     async def sam_clear_prompt_store(self):
-        from rollout.vllm.runner_patch import worker_sam_clear_prompt_store
+        from sam_rollout.vllm.runner_patch import worker_sam_clear_prompt_store
 
         return [worker_sam_clear_prompt_store(w) for w in self.workers]
 

@@ -1,4 +1,4 @@
-"""The training console (rollout/verl/console.py): a command's whole output in the log file, the step
+"""The training console (sam_rollout/verl/launcher/console.py): a command's whole output in the log file, the step
 lines and the end on the console, the log's last lines on failure; where the log goes; and the
 launcher's header."""
 
@@ -11,7 +11,7 @@ from verl_step import verl_step_only
 
 verl_step_only()
 
-from rollout.verl import console  # noqa: E402
+from sam_rollout.verl.launcher import console  # noqa: E402
 
 # what verl's driver prints while training: Ray's worker prefixes, colours, noise, our tracking's step lines
 TRAINER = textwrap.dedent("""
@@ -81,7 +81,7 @@ def test_full_console_by_flag_or_environment(monkeypatch):
 
 
 def test_the_header_names_the_recipe_arm_replicas_and_steps():
-    from rollout.verl import launch, recipe_config
+    from sam_rollout.verl.launcher import launch, recipe_config
 
     inputs = ["actor_rollout_ref.model.path=/m", "data.train_files=/t", "data.val_files=/v"]
     runs = (

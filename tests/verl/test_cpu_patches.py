@@ -1,4 +1,4 @@
-"""The verl patches (rollout.verl.cpu_patches, rollout.verl.weight_checksums) as verl's plugin applies
+"""The verl patches (sam_rollout.verl.cpu.patches, sam_rollout.verl.runtime.weight_checksums) as verl's plugin applies
 them: each once, only with VERL_PLATFORM=cpu (the checksums only when asked), each switch turning its
 patch off. In a fresh process each, as verl loads its plugins when it is imported."""
 
@@ -11,14 +11,14 @@ from verl_step import REPO, verl_step_only
 
 verl_step_only()
 
-from rollout.verl.cpu_patches import _plain_gloo  # noqa: E402
+from sam_rollout.verl.cpu.patches import _plain_gloo  # noqa: E402
 
 IMPORT_VERL_TWICE = """
 import importlib, json, os
 import verl  # loads the verl plugin (entry point verl.plugins), which applies the patches
-import rollout.verl.plugin
-importlib.reload(rollout.verl.plugin)
-from rollout import patches
+import sam_rollout.verl.plugin
+importlib.reload(sam_rollout.verl.plugin)
+from sam_rollout import patches
 import verl.utils.config, verl.utils.distributed
 import verl.workers.rollout.vllm_rollout.bucketed_weight_transfer as transfer
 import verl.workers.rollout.vllm_rollout.vllm_rollout as vllm_rollout
@@ -30,7 +30,7 @@ targets = {
 out = {name: [patches.is_patched(t, name), patches.is_patched(getattr(t, "original", None), name)]
        for name, t in targets.items()}
 out["verl_fsdp_engine_device"] = os.environ.get("VERL_ENGINE_DEVICE")
-from rollout.verl import weight_checksums
+from sam_rollout.verl.runtime import weight_checksums
 out["weight_checksums"] = getattr(vllm_rollout.ServerAdapter.update_weights, weight_checksums._MARK, False)
 out["applied"] = [d.patch.name for d in patches.decisions("verl") if d.apply]
 print("RESULT", json.dumps(out))

@@ -30,7 +30,7 @@ from verl_step import REPO, verl_step_only
 
 verl_step_only()
 
-from rollout.verl.weight_checksums import WATCHED, parse  # noqa: E402
+from sam_rollout.verl.runtime.weight_checksums import WATCHED, parse  # noqa: E402
 
 JOB_TIMEOUT_S = 1800
 PROMPTS = 4  # the training set: every step visits every prompt, so the resumed step is all revisits
@@ -99,7 +99,7 @@ def trained(ray_head, tmp_path_factory):
     ray, address, env = ray_head
     out = tmp_path_factory.mktemp("cpu_training")
     data = out / "data"
-    subprocess.run([sys.executable, "scripts/prepare_dapo_data.py", "--out", str(data), "--arithmetic-only",
+    subprocess.run([sys.executable, "-m", "sam_rollout.verl.data.prepare", "--out", str(data), "--arithmetic-only",
                     "--limit", str(PROMPTS)], cwd=REPO, check=True, capture_output=True)  # fmt: skip
     env = dict(env, RAY_ADDRESS=address, SAM_WEIGHT_CHECKSUMS="1", DATA_DIR=str(data))
     common = [f"trainer.default_local_dir={out / 'checkpoints'}", "trainer.save_freq=1", "trainer.total_epochs=10",
@@ -122,7 +122,7 @@ def test_both_jobs_ran_their_step_to_the_end(trained):
         assert "succeeded" in status, status + console + log[-5000:]
         assert [r["step"] for r in records] == [step], log[-5000:]
         assert f"[sam] step {step}: reward" in log  # our tracking's summary in the trainer's output
-        # the transfer queue asks torch for no more threads than the cores (rollout.verl.hook), so it
+        # the transfer queue asks torch for no more threads than the cores (sam_rollout.verl.runtime.hook), so it
         # does not warn at every put and get
         assert "target_num_threads" not in log
 

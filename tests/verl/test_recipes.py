@@ -13,10 +13,10 @@ verl_step_only()
 
 from omegaconf import OmegaConf  # noqa: E402
 
-from rollout.settings import AUTO, SamSettings  # noqa: E402
-from rollout.verl import launch, recipe_config  # noqa: E402
-from rollout.verl.engine_args import check_sam_engine_kwargs  # noqa: E402
-from rollout.verl.recipe_config import REPO, RecipeError  # noqa: E402
+from sam_rollout.settings import AUTO, SamSettings  # noqa: E402
+from sam_rollout.verl.launcher import launch, recipe_config  # noqa: E402
+from sam_rollout.verl.launcher.recipe_config import REPO, RecipeError  # noqa: E402
+from sam_rollout.verl.runtime.engine_args import check_sam_engine_kwargs  # noqa: E402
 
 # (recipe, config, threshold, k, max_num_seqs, rollout TP, train batch, prompts in flight (train batches), nodes,
 # strategy, prompt store bytes per replica): the published generation batch (96, 1536, 128 prompts) as V1's
@@ -58,7 +58,7 @@ def test_published_setup(inputs, recipe, name, threshold, k, seqs, tp, train, ge
     vllm = OmegaConf.to_container(rollout.engine_kwargs.vllm)
     assert vllm["speculative_config"] == {
         "method": "custom_class",
-        "model": "rollout.proposer.SamProposer",
+        "model": "sam_rollout.proposer.SamProposer",
         "num_speculative_tokens": k,
     }
     assert vllm["additional_config"]["sam_spec"]["switch"] == threshold
@@ -87,7 +87,7 @@ def test_standard_dapo_settings(inputs, recipe, name):
     assert cfg.reward.reward_kwargs.max_resp_len == cfg.data.max_response_length
     assert (rollout.n, rollout.temperature, rollout.top_p, rollout.top_k) == (16, 1.0, 1.0, -1)
     assert rollout.max_model_len == cfg.data.max_prompt_length + cfg.data.max_response_length
-    assert cfg.ray_kwargs.ray_init.runtime_env.worker_process_setup_hook == "rollout.verl.hook.install"
+    assert cfg.ray_kwargs.ray_init.runtime_env.worker_process_setup_hook == "sam_rollout.verl.runtime.hook.install"
 
 
 def test_32b_published_response_length(inputs):
@@ -319,10 +319,13 @@ def router_yaml(tmp_path, text):
     "text,message",
     [
         ("policy: prompt_affinity\n", "has no router_class"),
-        ("router_class: rollout.verl.router.NoSuchBalancer\n", "cannot be loaded"),
+        ("router_class: sam_rollout.verl.runtime.router.NoSuchBalancer\n", "cannot be loaded"),
         ("router_class: no_such_package.Balancer\n", "cannot be loaded"),
-        ("router_class: rollout.verl.router.SamLoadBalancer\nload_bond: 2\n", "unknown key(s) ['load_bond']"),
-        ("router_class: rollout.verl.router.SamLoadBalancer\npolicy: random\n", "policy must be one of"),
+        (
+            "router_class: sam_rollout.verl.runtime.router.SamLoadBalancer\nload_bond: 2\n",
+            "unknown key(s) ['load_bond']",
+        ),
+        ("router_class: sam_rollout.verl.runtime.router.SamLoadBalancer\npolicy: random\n", "policy must be one of"),
         ("router_class: [unclosed\n", "not valid YAML"),
     ],
 )
@@ -351,9 +354,9 @@ SPECULATIVE = "actor_rollout_ref.rollout.engine_kwargs.vllm.speculative_config"
 
 def sam_method_overrides(cfg) -> tuple[list[str], dict]:
     """Overrides that turn a composed recipe's custom_class config into vLLM 0.34's engine kwargs
-    (``rollout.vllm.speculator.sam_method_engine_kwargs`` with the recipe's k, max_num_seqs and
+    (``sam_rollout.vllm.speculator.sam_method_engine_kwargs`` with the recipe's k, max_num_seqs and
     settings), and those kwargs."""
-    from rollout.vllm.speculator import sam_method_engine_kwargs
+    from sam_rollout.vllm.speculator import sam_method_engine_kwargs
 
     spec = OmegaConf.to_container(cfg.sam.spec)
     kwargs = sam_method_engine_kwargs(
@@ -390,7 +393,7 @@ def test_a_route_the_vllm_lacks_fails_at_the_launcher_naming_the_version_and_the
     with pytest.raises(RecipeError) as e:
         launch.check_installed_vllm(cfg, launch.local_env({}))
     assert f"vLLM {vllm.__version__} has no register_speculative_method" in str(e.value)
-    assert "'method': 'custom_class', 'model': 'rollout.proposer.SamProposer'" in str(e.value)
+    assert "'method': 'custom_class', 'model': 'sam_rollout.proposer.SamProposer'" in str(e.value)
     assert str(e.value).startswith(SPECULATIVE) and f"In a recipe: {SPECULATIVE}.method=custom_class" in str(e.value)
     launch.check_installed_vllm(sam, launch.local_env({}))  # the recipes' own custom_class runs here
     with pytest.raises(

@@ -1,4 +1,4 @@
-"""The prompt-affinity router (rollout.verl.router.SamLoadBalancer) against verl 0.9.1's own default
+"""The prompt-affinity router (sam_rollout.verl.runtime.router.SamLoadBalancer) against verl 0.9.1's own default
 balancer: GRPO groups stay on one replica, revisits return to it, the load stays within its bound,
 verl's stickiness and elastic add/remove keep working, and verl builds it from our YAML."""
 
@@ -12,8 +12,9 @@ verl_step_only()
 
 from verl.workers.rollout.router import GlobalRequestLoadBalancer  # noqa: E402
 
-from rollout.routing_metrics import RoutingStepTracker  # noqa: E402
-from rollout.verl.router import LEAST_LOADED, PROMPT_AFFINITY, RouterSettings, SamLoadBalancer  # noqa: E402
+from sam_rollout.drafter.prompt_store import prompt_key  # noqa: E402
+from sam_rollout.routing_metrics import RoutingStepTracker  # noqa: E402
+from sam_rollout.verl.runtime.router import LEAST_LOADED, PROMPT_AFFINITY, RouterSettings, SamLoadBalancer  # noqa: E402
 
 SERVERS = {f"10.0.0.{i}:8000": f"handle-{i}" for i in range(4)}
 
@@ -42,8 +43,8 @@ def route_batch(lb, batch, n, tag, release=True):
 
 
 def balancer(policy=PROMPT_AFFINITY, servers=SERVERS, **settings):
-    return SamLoadBalancer(dict(servers), {"router_class": "rollout.verl.router.SamLoadBalancer", "policy": policy,
-                                           **settings})  # fmt: skip
+    router_class = "sam_rollout.verl.runtime.router.SamLoadBalancer"
+    return SamLoadBalancer(dict(servers), {"router_class": router_class, "policy": policy, **settings})
 
 
 def top_share(sids):
@@ -110,7 +111,7 @@ def test_a_replica_over_its_bound_passes_the_group_on():
     lb = balancer(servers=two)
     ps = prompts(200, seed=5)
     home = lb._ring.walk  # the ring's first choice of each prompt
-    from sam.prompt_store import prompt_key
+    from sam_rollout.drafter.prompt_store import prompt_key
 
     first = [home(int.from_bytes(prompt_key(np.asarray(p, dtype=np.int32))[:8], "big"))[0] for p in ps]
     same = [p for p, h in zip(ps, first) if h == first[0]][:4]  # four prompts with one home
@@ -345,8 +346,8 @@ def test_the_group_size_follows_the_live_groups():
     singles = list(enumerate(prompts(40, seed=37)))
     placed, _ = route_batch(lb, singles, n=1, tag="ones", release=False)
     assert lb.estimates.group_size == 1
-    home = {p: lb._ring.walk(int.from_bytes(__import__("sam.prompt_store").prompt_store.prompt_key(
-        np.asarray(ids, dtype=np.int32))[:8], "big"))[0] for p, ids in singles}  # fmt: skip
+    home = {p: lb._ring.walk(int.from_bytes(prompt_key(np.asarray(ids, dtype=np.int32))[:8], "big"))[0]
+            for p, ids in singles}  # fmt: skip
     moved = sum(placed[p][0] != home[p] for p in placed)
     inflight = list(lb.get_status()["servers"].values())
     assert max(inflight) <= 1.25 * np.mean(inflight) + 1 and moved < len(singles) // 2
@@ -389,7 +390,7 @@ def test_a_mid_epoch_checkpoint_keeps_every_remembered_prompt(tmp_path):
 def test_the_launcher_refuses_a_non_string_router_class(tmp_path):
     from omegaconf import OmegaConf
 
-    from rollout.verl.recipe_config import RecipeError, check_router
+    from sam_rollout.verl.launcher.recipe_config import RecipeError, check_router
 
     path = tmp_path / "router.yaml"
     path.write_text("router_class: 5\n")

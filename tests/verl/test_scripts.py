@@ -87,10 +87,10 @@ def test_ray_job_submission_dry_run(env):
     assert " -m ray.scripts.scripts job submit --address=http://head:8265 " in command
     # the job runs this launcher on the cluster, which builds the trainer's command from the paths there
     entry = command.split(" --no-wait -- ", 1)[1]
-    assert entry.startswith("python3 -m rollout.verl.launch --recipe dapo_qwen3_235b --trainer core")
+    assert entry.startswith("python3 -m sam_rollout.verl.launcher.launch --recipe dapo_qwen3_235b --trainer core")
     assert "--launcher local" in entry and entry.endswith("sam.threshold=4") and REPO not in entry.split()[0]
     assert f"--working-dir={REPO}" in command
-    assert '"worker_process_setup_hook": "rollout.verl.hook.install"' in command
+    assert '"worker_process_setup_hook": "sam_rollout.verl.runtime.hook.install"' in command
     assert '"RAY_OVERRIDE_JOB_RUNTIME_ENV": "1"' in command
     assert '"py_modules": ["/opt/verl-recipe/recipe"]' in command
 
@@ -130,7 +130,7 @@ def test_cpu_run_without_the_plugin_is_refused(tmp_path):
     "args,extra_env,message",
     [
         ((), {"MODEL_PATH": ""}, "set MODEL_PATH"),
-        ((), {"DATA_DIR": "/nonexistent"}, "not found (prepare it with scripts/prepare_dapo_data.py)"),
+        ((), {"DATA_DIR": "/nonexistent"}, "not found (prepare it with python -m sam_rollout.verl.data.prepare)"),
         (("sam.treshold=3",), {}, "invalid override"),
         (("sam.threshold=-2",), {}, "threshold must be an integer >= 0"),
         (("--dryrun",), {}, "unknown option --dryrun"),

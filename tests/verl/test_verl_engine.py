@@ -12,8 +12,8 @@ verl_step_only()
 from conftest import require  # noqa: E402
 from launch_args import rollout_config, server_args  # noqa: E402
 
-from rollout.metrics import SamStepTracker  # noqa: E402
-from rollout.verl import replica  # noqa: E402
+from sam_rollout.metrics import SamStepTracker  # noqa: E402
+from sam_rollout.verl.runtime import replica  # noqa: E402
 
 # the 32B recipe as is, shrunk to what a 2-core CPU and a 135M model can run
 SHRINK = [
@@ -70,7 +70,7 @@ def test_verl_engine_args_run_sam_and_report_metrics():
     model = tiny_model()
     # vLLM's sleep mode (verl's default) does not exist on CPU
     args = server_args(rollout_config("dapo_qwen3_32b", "dapo_qwen3_32b", *SHRINK), enable_sleep_mode=False)
-    assert args.speculative_config["model"] == "rollout.proposer.SamProposer"
+    assert args.speculative_config["model"] == "sam_rollout.proposer.SamProposer"
     outputs, per_worker = asyncio.run(generate_and_read_metrics(args, str(model)))
     assert all(len(o) == 48 for o in outputs)
     for p in range(len(PROMPTS)):  # greedy siblings agree

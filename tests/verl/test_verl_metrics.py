@@ -17,12 +17,13 @@ import ray  # noqa: E402
 from verl.utils.tracking import Tracking  # noqa: E402
 
 from evals import ab_compare  # noqa: E402
-from rollout.metrics import SamStepTracker  # noqa: E402
-from rollout.verl import recipe_config, replica, tracking  # noqa: E402
+from sam_rollout.metrics import SamStepTracker  # noqa: E402
+from sam_rollout.verl.launcher import recipe_config  # noqa: E402
+from sam_rollout.verl.runtime import replica, tracking  # noqa: E402
 
 
 def snapshot(calls, steps, steps_on, measured, accepted, rows, drafter_ms_per_call=0.5):
-    """What SamMetrics.as_dict() returns (rollout/metrics.py), the fields the tracker reads."""
+    """What SamMetrics.as_dict() returns (sam_rollout/metrics.py), the fields the tracker reads."""
     return {
         "calls": calls,
         "steps": steps,
@@ -74,7 +75,10 @@ def ray_local():
         include_dashboard=False,
         object_store_memory=80 * 2**20,
         log_to_driver=False,
-        runtime_env={"worker_process_setup_hook": "rollout.verl.hook.install", "env_vars": {"PYTHONPATH": REPO}},
+        runtime_env={
+            "worker_process_setup_hook": "sam_rollout.verl.runtime.hook.install",
+            "env_vars": {"PYTHONPATH": REPO},
+        },
     )
     yield
     ray.shutdown()
@@ -114,7 +118,7 @@ def test_ray_worker_setup_hook_installs_the_replica_and_metrics(ray_local):
     # the transfer queue's threads: the host's cores where it has fewer than the default 8 (unset: 8)
     transfer_queue_threads = str(cores) if cores < 8 else None
     assert ray.get(hook_effects_in_a_ray_worker.remote(), timeout=WORKER_START_S) == (
-        "rollout.verl.hook",
+        "sam_rollout.verl.runtime.hook",
         "_load_sam_replica",
         True,
         transfer_queue_threads,

@@ -11,7 +11,7 @@ from launch_args import rollout_config, server_args  # noqa: E402
 from verl.workers.rollout.replica import RolloutReplicaRegistry, get_rollout_replica_class  # noqa: E402
 from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMHttpServer, vLLMReplica  # noqa: E402
 
-from rollout.verl import hook, replica, tracking  # noqa: E402
+from sam_rollout.verl.runtime import hook, replica, tracking  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -42,7 +42,7 @@ def test_engine_arguments_of_the_published_recipes(recipe, name, threshold, k, s
     args = server_args(rollout_config(recipe, name), replica_rank=2)
     assert args.speculative_config == {
         "method": "custom_class",
-        "model": "rollout.proposer.SamProposer",
+        "model": "sam_rollout.proposer.SamProposer",
         "num_speculative_tokens": k,
     }
     assert args.additional_config["sam_spec"]["switch"] == threshold
@@ -78,7 +78,7 @@ def test_npu_takes_the_vllm_ascend_ngram_route(monkeypatch):
     monkeypatch.setattr(replica, "get_device_name", lambda: "npu")
     args = server_args(rollout_config("dapo_qwen3_235b", "dapo_qwen3_235b"))
     assert args.speculative_config == {"method": "ngram", "num_speculative_tokens": 3}
-    assert args.additional_config["sam_spec"]["switch"] == 8  # rollout/ascend/ngram_route.py routes ngram to SAM
+    assert args.additional_config["sam_spec"]["switch"] == 8  # sam_rollout/ascend/ngram_route.py routes ngram to SAM
 
 
 def test_bad_setting_fails_before_the_engine_starts():
@@ -99,7 +99,7 @@ def test_replica_uses_the_sam_server_and_knows_its_arm():
 
 
 SPECULATIVE = "actor_rollout_ref.rollout.engine_kwargs.vllm.speculative_config"
-SAM_METHOD = (  # vLLM 0.34's engine kwargs (rollout.vllm.speculator.sam_method_engine_kwargs) in a recipe
+SAM_METHOD = (  # vLLM 0.34's engine kwargs (sam_rollout.vllm.speculator.sam_method_engine_kwargs) in a recipe
     f"{SPECULATIVE}.method=sam",
     f"~{SPECULATIVE}.model",
     f"+{SPECULATIVE}.num_speculative_tokens_per_batch_size=[[1,8,3],[9,128,0]]",
@@ -129,7 +129,7 @@ def test_method_sam_on_a_vllm_without_the_route_fails_naming_the_version():
     import vllm
     from vllm.engine.arg_utils import AsyncEngineArgs
 
-    from rollout.vllm import routes
+    from sam_rollout.vllm import routes
 
     routes.check_route_at_engine_start()  # the plugin's patch in every vLLM process
     args = server_args(rollout_config("dapo_qwen3_32b", "dapo_qwen3_32b", *SAM_METHOD))

@@ -27,7 +27,7 @@ QWEN3_32B_CONFIG = {  # the fields a dry run reads from the model's config.json 
 
 def make_inputs(root):
     """A model directory with a config.json (no weights: nothing is launched) and the DAPO parquet
-    files prepared from the shared data by scripts/prepare_dapo_data.py."""
+    files prepared from the shared data by python -m sam_rollout.verl.data.prepare."""
     import json
     import subprocess
     import sys
@@ -41,7 +41,8 @@ def make_inputs(root):
     data = root / "data"
     cmd = [
         sys.executable,
-        os.path.join(REPO, "scripts", "prepare_dapo_data.py"),
+        "-m",
+        "sam_rollout.verl.data.prepare",
         "--out",
         str(data),
         "--shared",

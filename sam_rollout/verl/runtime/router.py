@@ -1,0 +1,571 @@
+"""Prompt-affinity routing across verl's rollout replicas: a verl 0.9.1 router plugin.
+
+SAM drafts from a request's GRPO siblings and from its prompt's earlier visits (the prompt store), and
+both live inside one engine. verl's default balancer routes each request by its own id to the
+least-loaded replica, which spreads a group over the replicas and sends a revisit anywhere.
+``SamLoadBalancer`` keys the route on the prompt instead, the key the drafter's store uses:
+
+- a prompt's group is placed whole when its first request arrives; its siblings join it;
+- replicas that served the prompt before (and so hold its stored responses) are tried first, then the
+  others in the order of a consistent-hash ring (virtual nodes per replica, named by the replica's
+  identity, so a restart whose servers come in another order with new addresses keeps the ring);
+- load is counted in work: each in-flight request weighs what one request of its prompt cost at the
+  prompt's last visit (seconds from acquire to release, as the router sees them), or the running mean
+  cost for a prompt not seen yet. A replica takes the group while its in-flight work with the group
+  stays within ``load_bound`` x the mean work expected for the batch being routed, and never more than
+  one group above ``load_bound`` x the mean of what is in flight now; else the group goes on along the
+  order, and when no replica fits the least loaded takes it (docs/metrics.md, "the load bound");
+- the batch being routed is expected to hold as many requests as the last busy period's peak (what the
+  bound learned; saved with the router state, so a resumed router bounds as an uninterrupted one), and
+  a group as many as its prompt's last visit, or as the newest group;
+- verl's own behaviour is kept (a subclass of its ``GlobalRequestLoadBalancer``): stickiness per
+  request id, elastic ``add_servers``/``remove_servers``, status and in-flight accounting.
+
+``policy: least_loaded`` routes exactly as verl's default does and only measures (the baseline arm),
+so both arms report the same routing metrics. verl builds the balancer from a YAML named by
+``actor_rollout_ref.rollout.router_config_path`` (configs/router/): ``ray.remote(cls).remote(servers,
+yaml_dict)``; ``sam_rollout.verl.runtime.tracking`` then names its replicas (``set_ring_names``).
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import json
+import logging
+import math
+import os
+import tempfile
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import numpy as np
+from verl.workers.rollout.router import GlobalRequestLoadBalancer
+
+from sam_rollout.drafter.prompt_store import prompt_key
+
+logger = logging.getLogger(__name__)
+
+PROMPT_AFFINITY = "prompt_affinity"
+LEAST_LOADED = "least_loaded"
+POLICIES = (PROMPT_AFFINITY, LEAST_LOADED)
+ROUTER_CLASS_KEY = "router_class"  # verl's own key in the YAML
+# save_state's file. 2: replicas by their identity (set_ring_names), each prompt's request cost, and
+# what the load bound learned (the batch's requests, the mean request cost, the newest group's size)
+ROUTER_STATE_FORMAT = 2
+# the ring is built with virtual_nodes x replicas hashes and list inserts when the router starts and
+# at every add_servers: 4096 x 32 replicas is about a second; more spreads prompts no more evenly
+MAX_VIRTUAL_NODES = 4096
+# a request counts as costing at least this (seconds in flight): below it, timing noise (or a test's
+# instant release) would weigh prompts at random
+REQUEST_COST_FLOOR_S = 0.05
+COST_AVERAGING = 1 / 64  # weight of each released request in the running mean request cost
+# groups a replica may hold above load_bound x the mean of what is in flight now. The expected batch
+# (the last busy period's) lets groups whose stores share a replica arrive together early in a batch;
+# a batch smaller than the last one looks the same until it ends, so this caps what it can gather on
+# one replica: at most one group above the bound (benchmarks/routing.py: 1 group costs 2-7 points of
+# store share at 32B and 235B against 2 groups, and keeps 8 groups of 8 after a 64 x 8 batch within 1.5)
+GROUP_SLACK = 1
+
+
+@dataclass(frozen=True)
+class RouterSettings:
+    """policy: prompt_affinity, or least_loaded (verl's default routing, measured).
+    load_bound: a replica takes a new group only while its in-flight work, with the group, stays
+        within load_bound x the mean over replicas (a finite number >= 1; 1.25 is the issue's target).
+    virtual_nodes: ring points per replica (more: a more even share of prompts per replica), at most
+        MAX_VIRTUAL_NODES.
+    prompt_memory: prompts remembered (LRU) with the replicas that served them and their cost: where
+        their stored responses are, for routing and for the revisit metrics.
+    """
+
+    policy: str = PROMPT_AFFINITY
+    load_bound: float = 1.25
+    virtual_nodes: int = 64
+    prompt_memory: int = 200_000
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.policy, str) or self.policy not in POLICIES:
+            raise ValueError(f"router policy must be one of {list(POLICIES)}, got {self.policy!r}")
+        b = self.load_bound
+        if isinstance(b, bool) or not isinstance(b, (int, float)) or not math.isfinite(b) or not b >= 1.0:
+            raise ValueError(f"router load_bound must be a finite number >= 1, got {b!r}")
+        for name in ("virtual_nodes", "prompt_memory"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"router {name} must be an integer >= 1, got {v!r}")
+        if self.virtual_nodes > MAX_VIRTUAL_NODES:
+            raise ValueError(
+                f"router virtual_nodes must be at most {MAX_VIRTUAL_NODES}, got {self.virtual_nodes}: the ring "
+                "is built from virtual_nodes x replicas points at start, and more points spread prompts no more evenly"
+            )
+
+    @classmethod
+    def from_yaml_dict(cls, raw: Mapping[str, Any] | None) -> RouterSettings:
+        """The router YAML as verl passes it (``router_class`` is verl's; every other key is ours)."""
+        raw = dict(raw or {})
+        router_class = raw.pop(ROUTER_CLASS_KEY, None)
+        if router_class is not None and not isinstance(router_class, str):
+            raise ValueError(f"router_class must be a qualified class name (a string), got {router_class!r}")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(raw) - known)
+        if unknown:
+            raise ValueError(f"router config: unknown key(s) {unknown}; known: {sorted(known)}")
+        return cls(**raw)
+
+
+def _ring_point(text: str) -> int:
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big")
+
+
+class HashRing:
+    """Replicas on a ring of 64-bit points; ``walk(point)`` lists the replicas from that point on."""
+
+    def __init__(self, virtual_nodes: int) -> None:
+        self.virtual_nodes = virtual_nodes
+        self._points: list[int] = []
+        self._owners: list[str] = []
+
+    def __contains__(self, server_id: str) -> bool:
+        return server_id in self._owners
+
+    def add(self, server_id: str, ring_name: str) -> None:
+        if server_id in self:
+            return
+        for v in range(self.virtual_nodes):
+            point = _ring_point(f"{ring_name}#{v}")
+            i = bisect.bisect_left(self._points, point)
+            self._points.insert(i, point)
+            self._owners.insert(i, server_id)
+
+    def remove(self, server_id: str) -> None:
+        keep = [i for i, owner in enumerate(self._owners) if owner != server_id]
+        self._points = [self._points[i] for i in keep]
+        self._owners = [self._owners[i] for i in keep]
+
+    def walk(self, point: int) -> list[str]:
+        """Distinct replicas clockwise from ``point``."""
+        n = len(self._points)
+        start = bisect.bisect_left(self._points, point)
+        order: list[str] = []
+        for j in range(n):
+            owner = self._owners[(start + j) % n]
+            if owner not in order:
+                order.append(owner)
+        return order
+
+
+@dataclass
+class _Memory:
+    """A prompt's past: {replica: requests of its last visit there} (replicas of older visits kept with
+    0: they hold older responses) and what one request of its last visit cost (seconds in flight)."""
+
+    placed: dict[str, int]
+    request_cost: float
+
+    @property
+    def last_visit(self) -> int:
+        return sum(self.placed.values())
+
+
+@dataclass
+class _Group:
+    """One visit of a prompt: its requests in flight and all it placed, per replica, where its earlier
+    visits ran (``_served``'s entry at the visit's start; empty on a first visit), and the cost of its
+    released requests."""
+
+    on_server: dict[str, int]
+    placed: dict[str, int]
+    earlier: dict[str, int]
+    released_cost: float = 0.0
+    released: int = 0
+
+    @property
+    def inflight(self) -> int:
+        return sum(self.on_server.values())
+
+
+@dataclass
+class _Flight:
+    """A request in flight: its prompt (None: it carried none), replica, weight, and start time."""
+
+    key: bytes | None
+    server: str
+    cost: float
+    started: float
+
+
+@dataclass
+class RoutingCounters:
+    """Cumulative since the balancer started; ``routing_stats`` reports them (docs/metrics.md)."""
+
+    requests: int = 0  # acquires (a multi-turn request counts each turn)
+    keyed_requests: int = 0  # acquires that carried the prompt
+    sibling_observations: int = 0  # acquires that found siblings of their group in flight
+    colocated_share_sum: float = 0.0  # sum over those of the share of siblings on the same replica
+    revisit_requests: int = 0  # acquires of a prompt whose earlier visit ended
+    # over those, the sum of the share of the prompt's last visit that ran on the chosen replica (where
+    # its stored responses are): 1.0 each when a group returns whole to its replica
+    revisit_store_share_sum: float = 0.0
+    overflowed_groups: int = 0  # groups placed elsewhere than their first choice by the load bound
+    # the replicas' simultaneous load over time, between routing events: the integrals over time of the
+    # most loaded replica's in-flight requests and of the mean over replicas (request-seconds), and the
+    # same in work (in-flight request costs, cost-seconds)
+    load_max_integral: float = 0.0
+    load_mean_integral: float = 0.0
+    work_max_integral: float = 0.0
+    work_mean_integral: float = 0.0
+
+
+@dataclass
+class BoundEstimates:
+    """What the load bound learned, kept across a restart (save_state): the requests of the last busy
+    period's peak (the batch being routed is expected to be as large), the running mean request cost
+    (the weight of a prompt not seen yet), and the newest group's size (a new prompt's expected group)."""
+
+    batch_requests: int = 0
+    request_cost: float = REQUEST_COST_FLOOR_S
+    group_size: int = 1
+
+
+@dataclass
+class _Load:
+    """In-flight work per replica, the current busy period's peak requests, and the newest group."""
+
+    work: dict[str, float] = field(default_factory=dict)
+    burst_requests: int = 0
+    newest_group: bytes | None = None
+    clock_at: float | None = None
+
+
+class SamLoadBalancer(GlobalRequestLoadBalancer):
+    """verl's sticky, least-in-flight balancer, routing by prompt (see the module docstring)."""
+
+    def __init__(
+        self,
+        servers: dict[str, Any],
+        config: Mapping[str, Any] | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        super().__init__(servers)
+        self.settings = RouterSettings.from_yaml_dict(config)
+        self._clock = clock
+        self._ring = HashRing(self.settings.virtual_nodes)
+        self._ring_names: dict[str, str] = {}
+        self._groups: dict[bytes, _Group] = {}  # prompts with requests in flight
+        self._served: OrderedDict[bytes, _Memory] = OrderedDict()
+        self._flights: dict[str, _Flight] = {}
+        self._load = _Load()
+        self.estimates = BoundEstimates()
+        self._requests_by_server: dict[str, int] = {}
+        self.counters = RoutingCounters()
+        self._join_ring(servers)
+
+    # -- verl's protocol -----------------------------------------------------------------------
+    def require_acquire_fields(self) -> list[str]:
+        return ["prompt_ids"]
+
+    def require_release_fields(self) -> list[str]:
+        return ["request_id"]
+
+    def acquire_server(self, request_id: str, prompt_ids=None, **extra) -> tuple[str, Any]:
+        now = self._advance_clock()
+        key = None if prompt_ids is None else prompt_key(np.asarray(prompt_ids, dtype=np.int32))
+        sticky = self._request_id_to_server.get(request_id)
+        if self.settings.policy == LEAST_LOADED or key is None or sticky in self._inflight_requests:
+            server_id, handle = super().acquire_server(request_id)
+        else:
+            server_id = self._choose(key)
+            self._request_id_to_server[request_id] = server_id
+            self._inflight_requests[server_id] += 1
+            handle = self._servers[server_id]
+        self._observe_start(request_id, key, server_id, now)
+        return server_id, handle
+
+    def release_server(self, server_id: str, request_id: str | None = None) -> None:
+        now = self._advance_clock()
+        super().release_server(server_id, request_id)
+        flight = self._flights.pop(request_id, None)
+        if flight is not None and flight.server in self._load.work:
+            self._load.work[flight.server] = max(0.0, self._load.work[flight.server] - flight.cost)
+        if not self.get_total_inflight():
+            self._end_burst()
+        if flight is None:
+            return
+        cost = max(now - flight.started, REQUEST_COST_FLOOR_S)
+        e = self.estimates
+        e.request_cost += COST_AVERAGING * (cost - e.request_cost)
+        group = self._groups.get(flight.key) if flight.key is not None else None
+        if group is None:
+            return
+        group.released_cost += cost
+        group.released += 1
+        left = group.on_server.get(flight.server, 0) - 1
+        if left > 0:
+            group.on_server[flight.server] = left
+        else:
+            group.on_server.pop(flight.server, None)
+        if not group.on_server:  # the visit ended: its placement is where the prompt's store is now
+            del self._groups[flight.key]
+            self._remember(flight.key, group.placed, group.released_cost / group.released)
+
+    def add_servers(self, servers: dict[str, Any]) -> None:
+        self._advance_clock()
+        super().add_servers(servers)
+        self._join_ring(servers)
+
+    def remove_servers(self, server_ids: list[str]) -> None:
+        self._advance_clock()
+        super().remove_servers(server_ids)
+        for sid in server_ids:
+            self._ring.remove(sid)
+            self._requests_by_server.pop(sid, None)
+            self._load.work.pop(sid, None)
+
+    def get_status(self) -> dict:
+        status = super().get_status()
+        status["policy"] = self.settings.policy
+        status["ring_names"] = {sid: self._ring_names[sid] for sid in self._inflight_requests}
+        status["groups_in_flight"] = len(self._groups)
+        return status
+
+    # -- replica identity ------------------------------------------------------------------------
+    def set_ring_names(self, names: Mapping[str, str]) -> dict:
+        """Name each replica by its identity ({server address: stable name}, e.g. verl's replica key),
+        so that the ring and the saved state survive a restart whose servers come in another order with
+        new addresses. Servers not named keep their name by order; returns which those are."""
+        given = {sid: str(name) for sid, name in names.items() if sid in self._inflight_requests}
+        if len(set(given.values())) != len(given):
+            raise ValueError(f"ring names must be unique, got {given}")
+        by_order = {sid: n for sid, n in self._ring_names.items() if sid not in given}
+        clash = sorted(set(by_order.values()) & set(given.values()))
+        if clash:
+            raise ValueError(f"ring names {clash} are already names of other replicas")
+        for sid, name in given.items():
+            self._ring.remove(sid)
+            self._ring_names[sid] = name
+            self._ring.add(sid, name)
+        return {
+            "named": sorted(given.values()),
+            "by_order": sorted(s for s in self._inflight_requests if s not in given),
+        }
+
+    # -- metrics -------------------------------------------------------------------------------
+    def routing_stats(self) -> dict:
+        """Cumulative counters (the load integrals brought up to now) and requests per replica."""
+        self._advance_clock()
+        stats = {f.name: getattr(self.counters, f.name) for f in fields(RoutingCounters)}
+        stats["policy"] = self.settings.policy
+        stats["requests_by_server"] = dict(self._requests_by_server)
+        return stats
+
+    # -- state across a restart ----------------------------------------------------------------
+    def save_state(self, path: str) -> int:
+        """Write which replicas served each remembered prompt (by ring name: a restarted run's servers
+        have new addresses), what one of its requests cost, and what the load bound learned, to ``path``,
+        atomically; returns the prompts written. Saved beside the prompt stores, so a resumed run sends a
+        prompt where its stored responses are, and bounds the load as the uninterrupted run would."""
+        e = self.estimates
+        state = {
+            "format": ROUTER_STATE_FORMAT,
+            "estimates": {
+                "batch_requests": self._load.burst_requests or e.batch_requests,  # mid-batch: this batch's
+                "request_cost": e.request_cost,
+                "group_size": e.group_size,
+            },
+            "served": {
+                key.hex(): {
+                    "replicas": {self._ring_names[s]: n for s, n in memory.placed.items() if s in self._ring_names},
+                    "request_cost": memory.request_cost,
+                }
+                for key, memory in self._served.items()
+            },
+        }
+        folder = os.path.dirname(os.path.abspath(path))
+        os.makedirs(folder, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=folder, suffix=".tmp", delete=False) as f:
+            json.dump(state, f)
+        os.replace(f.name, path)
+        return len(state["served"])
+
+    def load_state(self, path: str) -> dict:
+        """Read ``save_state``'s file; replicas are matched by ring name. A missing, unreadable or
+        other-format file leaves the memory empty and says why (routing stays correct without it)."""
+        try:
+            with open(path) as f:
+                state = json.load(f)
+            version = state.get("format") if isinstance(state, dict) else None
+            if version != ROUTER_STATE_FORMAT:
+                older = isinstance(version, int) and version < ROUTER_STATE_FORMAT
+                raise ValueError(
+                    f"format {version!r}, expected {ROUTER_STATE_FORMAT}"
+                    + (" (a file of an older version: it names replicas by their order, not used)" if older else "")
+                )
+            by_name = {name: sid for sid, name in self._ring_names.items() if sid in self._inflight_requests}
+            served = {
+                bytes.fromhex(key): _Memory(
+                    placed={by_name[name]: int(n) for name, n in entry["replicas"].items() if name in by_name},
+                    request_cost=max(float(entry["request_cost"]), REQUEST_COST_FLOOR_S),
+                )
+                for key, entry in state["served"].items()
+            }
+            raw = state["estimates"]
+            estimates = BoundEstimates(
+                batch_requests=max(int(raw["batch_requests"]), 0),
+                request_cost=max(float(raw["request_cost"]), REQUEST_COST_FLOOR_S),
+                group_size=max(int(raw["group_size"]), 1),
+            )
+            if not all(math.isfinite(m.request_cost) for m in served.values()) or not math.isfinite(
+                estimates.request_cost
+            ):
+                raise ValueError("a request cost is not finite")
+            unknown = sorted({n for e in state["served"].values() for n in e["replicas"]} - set(by_name))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            return {"prompts": 0, "warning": f"{path}: {type(e).__name__}: {e}"}
+        for key, memory in served.items():
+            if memory.placed:
+                self._served[key] = memory
+        while len(self._served) > self.settings.prompt_memory:
+            self._served.popitem(last=False)
+        self.estimates = estimates
+        warning = None
+        if unknown:  # their prompts route by the ring; the stores they name are not among this run's
+            warning = f"{path}: replicas {unknown} of the saved state are not among this router's {sorted(by_name)}"
+        return {"prompts": len(self._served), "warning": warning}
+
+    # -- routing -------------------------------------------------------------------------------
+    def _join_ring(self, servers: Mapping[str, Any]) -> None:
+        """Ring names by replica order until ``set_ring_names`` names them by identity."""
+        for sid in servers:
+            if sid not in self._ring_names:
+                taken = set(self._ring_names.values())
+                name = next(f"replica-{i}" for i in range(len(taken) + 1) if f"replica-{i}" not in taken)
+                self._ring_names[sid] = name
+            self._ring.add(sid, self._ring_names[sid])
+            self._requests_by_server.setdefault(sid, 0)
+            self._load.work.setdefault(sid, 0.0)
+
+    def _choose(self, key: bytes) -> str:
+        if not self._inflight_requests:
+            raise RuntimeError("No available servers in load balancer")
+        group = self._groups.get(key)
+        if group is not None:  # siblings follow their group
+            live = [sid for sid in group.on_server if sid in self._inflight_requests]
+            if live:
+                return max(live, key=lambda sid: group.on_server[sid])
+        order = self._preference(key)
+        bound, batch_bound, work = self._bounds(key)
+        memory = self._served.get(key)
+        stored = {sid for sid, n in memory.placed.items() if n} if memory is not None else set()
+        loads = self._load.work
+        for sid in order:
+            # a replica holding the prompt's store takes its group up to the batch's bound alone: the last
+            # visit's placement was balanced then, and the one-group cap, tight while a batch arrives,
+            # would push a returning group off its store
+            limit = batch_bound if sid in stored else bound
+            if loads.get(sid, 0.0) + work <= limit * (1 + 1e-9):
+                if sid != order[0]:
+                    self.counters.overflowed_groups += 1
+                return sid
+        chosen = min(order, key=lambda sid: loads.get(sid, 0.0))  # ring order breaks ties
+        if chosen != order[0]:
+            self.counters.overflowed_groups += 1
+        return chosen
+
+    def _bounds(self, key: bytes) -> tuple[float, float, float]:
+        """The most in-flight work a replica may hold with this prompt's group on it, the same for the
+        batch's limit alone, and the group's work. The group is expected to be as large as the prompt's last
+        visit (else the newest group), each request costing what one did then (else the running mean). The
+        batch is expected to hold the last busy period's peak requests, at the mean cost of what is in
+        flight with the group: its limit is load_bound x that over the replicas; the other, one group above
+        load_bound x the mean of what is in flight now, keeps a batch smaller than the last from gathering
+        on a few replicas."""
+        memory = self._served.get(key)
+        e = self.estimates
+        size = memory.last_visit if memory is not None and memory.last_visit else e.group_size
+        work = size * (memory.request_cost if memory is not None else e.request_cost)
+        replicas = len(self._inflight_requests)
+        now_work = sum(self._load.work.get(s, 0.0) for s in self._inflight_requests) + work
+        now_requests = self.get_total_inflight() + size
+        expected = now_work * max(1.0, max(e.batch_requests, self._load.burst_requests) / now_requests)
+        b = self.settings.load_bound
+        batch_bound = b * expected / replicas
+        return min(batch_bound, b * now_work / replicas + GROUP_SLACK * work), batch_bound, work
+
+    def _preference(self, key: bytes) -> list[str]:
+        """Replicas in the order this prompt's group tries them: those that served its earlier visits
+        (they hold its stored responses), most of its last visit first, then the rest, in ring order from
+        the prompt's point."""
+        order = self._ring.walk(int.from_bytes(key[:8], "big"))
+        memory = self._served.get(key)
+        served = memory.placed if memory is not None else {}
+        rank = {sid: i for i, sid in enumerate(order)}
+        first = sorted((sid for sid in order if sid in served), key=lambda sid: (-served[sid], rank[sid]))
+        return first + [sid for sid in order if sid not in served]
+
+    def _observe_start(self, request_id: str, key: bytes | None, server_id: str, now: float) -> None:
+        c = self.counters
+        c.requests += 1
+        self._requests_by_server[server_id] = self._requests_by_server.get(server_id, 0) + 1
+        memory = self._served.get(key) if key is not None else None
+        cost = memory.request_cost if memory is not None else self.estimates.request_cost
+        old = self._flights.pop(request_id, None)  # a sticky request's earlier turn still in flight
+        if old is not None and old.server in self._load.work:
+            self._load.work[old.server] = max(0.0, self._load.work[old.server] - old.cost)
+        self._flights[request_id] = _Flight(key, server_id, cost, now)
+        self._load.work[server_id] = self._load.work.get(server_id, 0.0) + cost
+        self._load.burst_requests = max(self._load.burst_requests, self.get_total_inflight())
+        if key is None:
+            return
+        c.keyed_requests += 1
+        group = self._groups.get(key)
+        if group is None:  # a new visit of this prompt
+            earlier = dict(memory.placed) if memory is not None else {}
+            group = self._groups[key] = _Group(on_server={}, placed={}, earlier=earlier)
+            self._load.newest_group = key
+        else:
+            c.sibling_observations += 1
+            c.colocated_share_sum += group.on_server.get(server_id, 0) / group.inflight
+        last_visit = sum(group.earlier.values())
+        if last_visit:
+            c.revisit_requests += 1
+            c.revisit_store_share_sum += group.earlier.get(server_id, 0) / last_visit
+        group.on_server[server_id] = group.on_server.get(server_id, 0) + 1
+        group.placed[server_id] = group.placed.get(server_id, 0) + 1
+        if key == self._load.newest_group:
+            self.estimates.group_size = sum(group.placed.values())
+
+    def _end_burst(self) -> None:
+        """Every replica idle: the busy period's peak is the next batch's expected size."""
+        if self._load.burst_requests:
+            self.estimates.batch_requests = self._load.burst_requests
+            self._load.burst_requests = 0
+
+    def _advance_clock(self) -> float:
+        """Add the load since the last routing event to the load integrals; returns now."""
+        now = self._clock()
+        last, self._load.clock_at = self._load.clock_at, now
+        replicas = list(self._inflight_requests)
+        if last is None or not replicas or now <= last:
+            return now
+        dt = now - last
+        c = self.counters
+        requests = [self._inflight_requests[s] for s in replicas]
+        work = [self._load.work.get(s, 0.0) for s in replicas]
+        c.load_max_integral += dt * max(requests)
+        c.load_mean_integral += dt * sum(requests) / len(replicas)
+        c.work_max_integral += dt * max(work)
+        c.work_mean_integral += dt * sum(work) / len(replicas)
+        return now
+
+    def _remember(self, key: bytes, placed: dict[str, int], request_cost: float) -> None:
+        """A visit ended: its replicas hold the prompt's newest responses; earlier ones keep older ones."""
+        old = self._served.pop(key, None)
+        self._served[key] = _Memory(placed=dict.fromkeys(old.placed if old else {}, 0) | placed,
+                                    request_cost=request_cost)  # fmt: skip
+        while len(self._served) > self.settings.prompt_memory:
+            self._served.popitem(last=False)
