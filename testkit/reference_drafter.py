@@ -318,13 +318,13 @@ def brute_force_frequent_draft(
     group alone: the draft follows, of the sources' kept continuations (`kept_follower`), the one
     with the most pooled occurrences, while the product of its estimated probabilities (count /
     (context count + prior), at most 1) stays >= min_prob, a source dropping out where the string
-    stops occurring in it or stops being at most `sam_rollout.drafter._core.score_depth(long_match)` tokens long in
+    stops occurring in it or stops being at most `sam_rollout.drafter.layout.score_depth(long_match)` tokens long in
     its shortest form; the score is the sum of those products, and the best score wins (ties: the
     pooled pass, the longer match). The `score_depth` argument only exists to show where that depth
     matters. With `by_match` (length_policy "match") every draft's length is capped by `draft_length`
     and min_prob applies from its base_k-th token on.
     """
-    from sam_rollout.drafter._core import score_depth as default_depth
+    from sam_rollout.drafter.layout import score_depth as default_depth
 
     score_depth = default_depth(long_match) if score_depth is None else score_depth
     lengths = _source_lengths(sources, text)

@@ -423,12 +423,12 @@ def test_compile_kernels_leaves_nothing_to_compile_in_an_engine_session(raw):
             import numpy as np
             from numba.core.registry import CPUDispatcher
             from sam_rollout import drafter
-            import sam_rollout.drafter._core, sam_rollout.drafter.auto_switch, sam_rollout.drafter.switch
+            from sam_rollout.drafter import auto_switch, build, draft, edges, layout, switch, token_log
             from sam_rollout.settings import SamSettings
             from sam_rollout.stepper import SamStepper, compile_kernels
 
             def signatures():
-                modules = (drafter._core, drafter.auto_switch, drafter.switch)
+                modules = (layout, edges, token_log, build, draft, auto_switch, switch)
                 return {f"{m.__name__}.{name}": len(f.signatures) for m in modules
                         for name, f in vars(m).items() if isinstance(f, CPUDispatcher)}
 

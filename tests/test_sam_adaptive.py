@@ -6,8 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sam_rollout.drafter import BatchDrafter, DraftConfig
-from sam_rollout.drafter import _core as core
+from sam_rollout.drafter import BatchDrafter, DraftConfig, draft, layout
 
 PROPERTY = settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 
@@ -19,19 +18,19 @@ class ReferenceWins:
         self.first = self.frequent = 0
 
     def prefers_first(self, first_draft) -> bool:
-        return len(first_draft) > 0 and 100 * self.first > core.FIRST_LEAD_PERCENT * self.frequent
+        return len(first_draft) > 0 and 100 * self.first > draft.FIRST_LEAD_PERCENT * self.frequent
 
     def score(self, first_draft, frequent_draft, token: int) -> None:
         g1 = int(first_draft[0]) if len(first_draft) else -1
         g2 = int(frequent_draft[0]) if len(frequent_draft) else -1
         if g1 == g2:
             return
-        self.first -= self.first >> core.WIN_SHIFT
-        self.frequent -= self.frequent >> core.WIN_SHIFT
+        self.first -= self.first >> layout.WIN_SHIFT
+        self.frequent -= self.frequent >> layout.WIN_SHIFT
         if token == g1:
-            self.first += core.WIN_UNIT
+            self.first += layout.WIN_UNIT
         elif token == g2:
-            self.frequent += core.WIN_UNIT
+            self.frequent += layout.WIN_UNIT
 
 
 def drafts(drafter, req_ids, k):

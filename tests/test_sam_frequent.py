@@ -5,8 +5,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sam_helpers import appended_one_by_one, finish_into_history, single_member
 
-from sam_rollout.drafter import SOURCE_GROUP, SOURCE_HISTORY, SOURCE_NONE, BatchDrafter, DraftConfig
-from sam_rollout.drafter import _core as core
+from sam_rollout.drafter import SOURCE_GROUP, SOURCE_HISTORY, SOURCE_NONE, BatchDrafter, DraftConfig, layout
+from sam_rollout.drafter import edges as edge_blocks
 from testkit.reference_drafter import MatchLength, ReferenceAutomaton, brute_force_frequent_draft, kept_follower
 
 PROPERTY = settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
@@ -172,21 +172,21 @@ def proposed_after(drafter, token):
 def test_promote_keeps_every_edge():
     """Moving an edge inline and the inline one into a linear or hash block loses nothing."""
     for degree in (3, 9, 40):
-        states, edges, _, meta = core.new_automaton_arrays(3000)  # room for every block this grows through
-        states[core.STATE_WIDTH : 2 * core.STATE_WIDTH] = (1, 0, 0, core.NO_EDGE, -1, core.NO_BLOCK, 0)
-        meta[core.M_STATES] = 2
+        states, edges, _, meta = layout.new_automaton_arrays(3000)  # room for every block this grows through
+        states[layout.STATE_WIDTH : 2 * layout.STATE_WIDTH] = (1, 0, 0, layout.NO_EDGE, -1, layout.NO_BLOCK, 0)
+        meta[layout.M_STATES] = 2
         targets = {}
         for t in range(degree):
-            core.set_edge(states, edges, meta, 1, 7 * t + 1, 100 + t)
+            edge_blocks.set_edge(states, edges, meta, 1, 7 * t + 1, 100 + t)
             targets[7 * t + 1] = 100 + t
         rng = np.random.default_rng(degree)
         for token in rng.choice(list(targets), size=50):
-            if states[core.STATE_WIDTH + core.S_TOKEN] != token:
-                core._promote(states, edges, 1, int(token))
-            assert states[core.STATE_WIDTH + core.S_TOKEN] == token
+            if states[layout.STATE_WIDTH + layout.S_TOKEN] != token:
+                edge_blocks._promote(states, edges, 1, int(token))
+            assert states[layout.STATE_WIDTH + layout.S_TOKEN] == token
             for t, target in targets.items():
-                assert core.get_edge(states, edges, 1, t) == target
-            assert core.get_edge(states, edges, 1, 2) == -1
+                assert edge_blocks.get_edge(states, edges, 1, t) == target
+            assert edge_blocks.get_edge(states, edges, 1, 2) == -1
 
 
 def test_counts_drafts_from_the_most_frequent_continuation():

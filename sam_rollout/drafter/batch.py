@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import _core as core
+from . import build, draft, layout, token_log
 from .config import COUNTED_CONTINUATIONS, DraftConfig
 from .pages import int32_array
 from .prompt_store import PromptStore
@@ -35,28 +35,28 @@ class Proposal(NamedTuple):
 
 
 SOURCE_NONE, SOURCE_GROUP, SOURCE_HISTORY, SOURCE_STORE = (
-    core.SOURCE_NONE,
-    core.SOURCE_GROUP,
-    core.SOURCE_HISTORY,
-    core.SOURCE_STORE,
+    layout.SOURCE_NONE,
+    layout.SOURCE_GROUP,
+    layout.SOURCE_HISTORY,
+    layout.SOURCE_STORE,
 )
 
 
 def policy_array(config: DraftConfig) -> np.ndarray:
-    """The drafting settings as the compiled core reads them (core.P_* fields)."""
-    policy = np.zeros(core.POLICY_WIDTH, dtype=np.float64)
-    policy[core.P_MIN_MATCH] = config.min_match
-    policy[core.P_SCALED] = config.length_policy == "scaled"
-    policy[core.P_FREQUENT] = config.continuation in COUNTED_CONTINUATIONS
-    policy[core.P_ADAPTIVE] = config.continuation == "adaptive"
+    """The drafting settings as the compiled core reads them (draft.P_* fields)."""
+    policy = np.zeros(draft.POLICY_WIDTH, dtype=np.float64)
+    policy[draft.P_MIN_MATCH] = config.min_match
+    policy[draft.P_SCALED] = config.length_policy == "scaled"
+    policy[draft.P_FREQUENT] = config.continuation in COUNTED_CONTINUATIONS
+    policy[draft.P_ADAPTIVE] = config.continuation == "adaptive"
     gated = config.length_policy == "confidence" or (config.length_policy == "match" and config.continuation != "first")
-    policy[core.P_MIN_PROB] = config.min_token_prob if gated else 0.0
-    policy[core.P_MATCH] = config.length_policy == "match"
-    policy[core.P_BASE_K] = config.base_k
-    policy[core.P_MATCH_SCALE] = config.match_scale
-    policy[core.P_PRIOR] = config.count_prior
-    policy[core.P_LONG_MATCH] = config.long_match
-    policy[core.P_COUNT_DEPTH] = core.count_depth(config.long_match) if policy[core.P_FREQUENT] else 0
+    policy[draft.P_MIN_PROB] = config.min_token_prob if gated else 0.0
+    policy[draft.P_MATCH] = config.length_policy == "match"
+    policy[draft.P_BASE_K] = config.base_k
+    policy[draft.P_MATCH_SCALE] = config.match_scale
+    policy[draft.P_PRIOR] = config.count_prior
+    policy[draft.P_LONG_MATCH] = config.long_match
+    policy[draft.P_COUNT_DEPTH] = layout.count_depth(config.long_match) if policy[draft.P_FREQUENT] else 0
     return policy
 
 
@@ -83,12 +83,12 @@ class _Automata:
     def __init__(self, recency_weight: float) -> None:
         self._recency_percent = round(100 * recency_weight)  # how count_occurrence reads it
         self.arrays: list[list[np.ndarray]] = []  # per automaton: [states, edges, log]
-        self.table = np.zeros((0, core.TABLE_WIDTH), dtype=np.int64)
-        self.meta = np.zeros((0, core.META_WIDTH), dtype=np.int64)
+        self.table = np.zeros((0, layout.TABLE_WIDTH), dtype=np.int64)
+        self.meta = np.zeros((0, layout.META_WIDTH), dtype=np.int64)
         self._free: list[int] = []
 
     def new(self, expected_tokens: int = 0) -> int:
-        states, edges, log, meta = core.new_automaton_arrays(expected_tokens, self._recency_percent)
+        states, edges, log, meta = layout.new_automaton_arrays(expected_tokens, self._recency_percent)
         if self._free:
             a = self._free.pop()
         else:
@@ -96,10 +96,10 @@ class _Automata:
             self.arrays.append([])
             if a >= self.meta.shape[0]:
                 n = max(8, 2 * a)
-                self.meta = np.concatenate([self.meta, np.zeros((n - a, core.META_WIDTH), dtype=np.int64)])
-                self.table = np.concatenate([self.table, np.zeros((n - a, core.TABLE_WIDTH), dtype=np.int64)])
+                self.meta = np.concatenate([self.meta, np.zeros((n - a, layout.META_WIDTH), dtype=np.int64)])
+                self.table = np.concatenate([self.table, np.zeros((n - a, layout.TABLE_WIDTH), dtype=np.int64)])
         self.arrays[a] = [states, edges, log]
-        for field in (core.T_STATES, core.T_EDGES, core.T_LOG):
+        for field in (layout.T_STATES, layout.T_EDGES, layout.T_LOG):
             self._publish(a, field)
         self.meta[a] = meta
         return a
@@ -113,12 +113,12 @@ class _Automata:
     def grow(self, need: np.ndarray) -> None:
         """Grow automaton need[0]'s arrays to at least need[1:] elements (by 1.25x at least)."""
         a = int(need[0])
-        for field, length in zip((core.T_STATES, core.T_EDGES, core.T_LOG), need[1:]):
+        for field, length in zip((layout.T_STATES, layout.T_EDGES, layout.T_LOG), need[1:]):
             old = self.arrays[a][field]
             if length > old.size:
-                bigger = int32_array(max(int(length), int(old.size * core.GROWTH) + 16))
+                bigger = int32_array(max(int(length), int(old.size * layout.GROWTH) + 16))
                 bigger[: old.size] = old
-                if field == core.T_LOG:
+                if field == layout.T_LOG:
                     bigger[old.size :] = -1  # empty log slots
                 self.arrays[a][field] = bigger
                 self._publish(a, field)
@@ -132,10 +132,10 @@ class _Automata:
         return sum(x.nbytes for x in self.arrays[a]) + self.meta[a].nbytes + self.table[a].nbytes
 
     def tokens(self, a: int) -> int:
-        return int(self.meta[a, core.M_TOKENS])
+        return int(self.meta[a, layout.M_TOKENS])
 
     def log(self, a: int) -> np.ndarray:
-        return self.arrays[a][core.T_LOG]
+        return self.arrays[a][layout.T_LOG]
 
 
 class _Group:
@@ -154,16 +154,16 @@ class BatchDrafter:
     def __init__(self, config: DraftConfig | None = None) -> None:
         self.config = config or DraftConfig()
         self._automata = _Automata(self.config.recency_weight)
-        self._cursor = np.zeros((16, core.CURSOR_WIDTH), dtype=np.int64)
+        self._cursor = np.zeros((16, layout.CURSOR_WIDTH), dtype=np.int64)
         self._free_slots = list(range(15, -1, -1))
         self._slot: dict[Hashable, int] = {}
         self._group_of: dict[Hashable, Hashable] = {}
         self._groups: dict[Hashable, _Group] = {}
-        self._history = np.full(core.NUM_HISTORY, -1, dtype=np.int64)  # newest generation first
-        self._need = np.zeros(core.NEED_WIDTH, dtype=np.int64)
+        self._history = np.full(layout.NUM_HISTORY, -1, dtype=np.int64)  # newest generation first
+        self._need = np.zeros(layout.NEED_WIDTH, dtype=np.int64)
         self._policy = policy_array(self.config)
-        self._count_depth = int(self._policy[core.P_COUNT_DEPTH])
-        self._work = np.zeros(core.WORK_WIDTH, dtype=np.int64)
+        self._count_depth = int(self._policy[draft.P_COUNT_DEPTH])
+        self._work = np.zeros(draft.WORK_WIDTH, dtype=np.int64)
         self._scratch = np.zeros(max(self.config.k, 1), dtype=np.int32)
         self.prompt_store = (
             PromptStore(self.config.prompt_store_bytes, self.config.prompt_store_tokens)
@@ -186,7 +186,7 @@ class BatchDrafter:
         if entry is None:
             entry = _Group(self._automata.new(len(prompt)), prompt.copy())
             a = entry.automaton
-            self._automata.meta[a, core.M_PROMPT : core.M_PROMPT + core.MEMBER_WIDTH] = self._insert(a, prompt)
+            self._automata.meta[a, layout.M_PROMPT : layout.M_PROMPT + layout.MEMBER_WIDTH] = self._insert(a, prompt)
             entry.store = self._stored_responses(prompt)
             self._groups[key] = entry
         elif not np.array_equal(entry.prompt, prompt):
@@ -196,20 +196,20 @@ class BatchDrafter:
         a = entry.automaton
         row = self._cursor[slot]
         row[:] = 0
-        row[core.R_AUTO] = a
-        row[core.R_MEMBER : core.R_MEMBER + core.MEMBER_WIDTH] = self._automata.meta[
-            a, core.M_PROMPT : core.M_PROMPT + core.MEMBER_WIDTH
+        row[layout.R_AUTO] = a
+        row[layout.R_MEMBER : layout.R_MEMBER + layout.MEMBER_WIDTH] = self._automata.meta[
+            a, layout.M_PROMPT : layout.M_PROMPT + layout.MEMBER_WIDTH
         ]
-        row[core.R_TOKENS] = len(prompt)
-        row[core.R_FIRST] = -1
-        row[core.R_GUESS] = -1
-        row[core.R_STORE_AUTO] = entry.store
+        row[layout.R_TOKENS] = len(prompt)
+        row[layout.R_FIRST] = -1
+        row[layout.R_GUESS] = -1
+        row[layout.R_STORE_AUTO] = entry.store
         if entry.store >= 0:  # the prompt is matched in full there
-            row[core.R_STORE] = self._automata.meta[entry.store, core.M_PROMPT + core.MB_STATE]
-            row[core.R_STORE + 1] = len(prompt)
+            row[layout.R_STORE] = self._automata.meta[entry.store, layout.M_PROMPT + layout.MB_STATE]
+            row[layout.R_STORE + 1] = len(prompt)
         self._slot[req_id] = slot
         self._group_of[req_id] = key
-        core.track_history(self._automata.table, self._cursor, self._history, slot, prompt)
+        build.track_history(self._automata.table, self._cursor, self._history, slot, prompt)
         return entry.store >= 0
 
     def finish(self, req_id: Hashable, keep: bool = True) -> None:
@@ -257,7 +257,7 @@ class BatchDrafter:
             raise ValueError(f"counts add up to {int(offsets[-1])} but {tokens.size} tokens were given")
         progress = np.zeros(slots.size, dtype=np.int64)
         self._until_done(
-            core.extend_flat,
+            build.extend_flat,
             self._cursor,
             self._history,
             slots,
@@ -274,7 +274,7 @@ class BatchDrafter:
         Every row is checked first; on a bad row nothing is appended."""
         slots, row_lengths = self._check_rows(req_ids, rows, row_lengths)
         code = self._until_done(
-            core.sync_rows, self._cursor, self._history, slots, rows, row_lengths, self._need, self._count_depth
+            build.sync_rows, self._cursor, self._history, slots, rows, row_lengths, self._need, self._count_depth
         )
         self._raise_bad_row(code, req_ids, slots, rows, row_lengths)
 
@@ -285,7 +285,7 @@ class BatchDrafter:
         out = self._empty_proposal(slots.size, k)
         if k > 0 and slots.size > 0:
             a = self._automata
-            core.propose_batch(a.table, a.meta, self._cursor, self._history, slots, k, *self._buffers(k), *out)
+            draft.propose_batch(a.table, a.meta, self._cursor, self._history, slots, k, *self._buffers(k), *out)
         return out
 
     def step(self, req_ids: Sequence[Hashable], rows: np.ndarray, row_lengths, k: int | None = None) -> Proposal:
@@ -295,7 +295,7 @@ class BatchDrafter:
         out = self._empty_proposal(slots.size, k)
         buffers = self._buffers(k)
         code = self._until_done(
-            core.step_rows, self._cursor, self._history, slots, rows, row_lengths, self._need, k, *buffers, *out
+            draft.step_rows, self._cursor, self._history, slots, rows, row_lengths, self._need, k, *buffers, *out
         )
         self._raise_bad_row(code, req_ids, slots, rows, row_lengths)
         return out
@@ -309,7 +309,7 @@ class BatchDrafter:
 
     def num_tokens(self, req_id: Hashable) -> int:
         """Tokens seen for a request, prompt included."""
-        return int(self._cursor[self._slot_of(req_id), core.R_TOKENS])
+        return int(self._cursor[self._slot_of(req_id), layout.R_TOKENS])
 
     @property
     def nbytes(self) -> int:
@@ -328,17 +328,17 @@ class BatchDrafter:
         """Call a kernel that may stop for room (GROW) until it finishes; it resumes by itself."""
         while True:
             code = kernel(self._automata.table, self._automata.meta, *args)
-            if code != core.GROW:
+            if code != layout.GROW:
                 return code
             self._automata.grow(self._need)
 
     def _insert(self, a: int, tokens: np.ndarray, member: np.ndarray | None = None) -> np.ndarray:
         """Insert a whole text into automaton a as a fresh member, or continuing `member` (a cursor,
         updated); returns the cursor at its end."""
-        member = core.new_member() if member is None else member
+        member = layout.new_member() if member is None else member
         done = 0
         while True:
-            done = core.insert_text(
+            done = build.insert_text(
                 self._automata.table, self._automata.meta, a, tokens, done, member, self._need, self._count_depth
             )
             if done == tokens.size:
@@ -379,7 +379,7 @@ class BatchDrafter:
 
     def _raise_bad_row(self, bad, req_ids, slots, rows, row_lengths) -> None:
         if bad >= 0:  # a row index; OK (-1) otherwise
-            seen = int(self._cursor[slots[bad], core.R_TOKENS])
+            seen = int(self._cursor[slots[bad], layout.R_TOKENS])
             raise ValueError(
                 f"row {bad} for request {req_ids[bad]!r} is invalid: length {int(row_lengths[bad])} "
                 f"(seen {seen}, row width {rows.shape[1]}) or a negative token id; nothing was appended"
@@ -402,7 +402,7 @@ class BatchDrafter:
     def _take_slot(self) -> int:
         if not self._free_slots:
             n = self._cursor.shape[0]
-            grown = np.zeros((2 * n, core.CURSOR_WIDTH), dtype=np.int64)
+            grown = np.zeros((2 * n, layout.CURSOR_WIDTH), dtype=np.int64)
             grown[:n] = self._cursor
             self._cursor = grown
             self._free_slots = list(range(2 * n - 1, n - 1, -1))
@@ -416,7 +416,7 @@ class BatchDrafter:
             return -1
         a = self._automata.new(len(prompt) + sum(r.size for r in responses))
         at_prompt = self._insert(a, prompt)
-        self._automata.meta[a, core.M_PROMPT : core.M_PROMPT + core.MEMBER_WIDTH] = at_prompt
+        self._automata.meta[a, layout.M_PROMPT : layout.M_PROMPT + layout.MEMBER_WIDTH] = at_prompt
         for response in responses:
             self._insert(a, response, at_prompt.copy())
         return a
@@ -424,9 +424,11 @@ class BatchDrafter:
     def _response(self, slot: int, prompt_length: int) -> np.ndarray:
         """The tokens a request generated (read back from its automaton's log)."""
         row = self._cursor[slot]
-        response = np.empty(max(int(row[core.R_TOKENS]) - prompt_length, 0), dtype=np.int32)
+        response = np.empty(max(int(row[layout.R_TOKENS]) - prompt_length, 0), dtype=np.int32)
         if response.size:
-            core.read_tokens(self._automata.log(int(row[core.R_AUTO])), int(row[core.R_FIRST]), response.size, response)
+            token_log.read_tokens(
+                self._automata.log(int(row[layout.R_AUTO])), int(row[layout.R_FIRST]), response.size, response
+            )
         return response
 
     def _keep_response(self, prompt: np.ndarray, response: np.ndarray) -> None:
@@ -452,6 +454,6 @@ class BatchDrafter:
         self._history[1:] = self._history[:-1]
         self._history[0] = self._automata.new()
         live = np.fromiter(self._slot.values(), dtype=np.int64, count=len(self._slot))
-        hist = self._cursor[:, core.R_HIST : core.R_HIST + 2 * core.NUM_HISTORY]
+        hist = self._cursor[:, layout.R_HIST : layout.R_HIST + 2 * layout.NUM_HISTORY]
         hist[live, 2:] = hist[live, :-2]
         hist[live, :2] = 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from ._core import MAX_LONG_MATCH
+from .layout import MAX_LONG_MATCH
 
 LENGTH_POLICIES = ("fixed", "scaled", "confidence", "match")
 MAX_MATCH_SCALE = 64.0
