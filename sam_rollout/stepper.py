@@ -1,6 +1,7 @@
 """One drafting step over an engine's persistent batch: the engine-free part of every SAM proposer.
 
-An engine adapter (``sam_rollout.vllm.proposer``, ``sam_rollout.ascend.ngram_route``) hands ``SamStepper.step``
+An engine adapter (``sam_rollout.vllm.proposer``, ``sam_rollout.vllm.speculator``,
+``sam_rollout.ascend.ngram_route``; each a ``StepperAdapter``, which sets its stepper up) hands ``SamStepper.step``
 its batch arrays as they are, row i being request ``req_ids[i]``, after the step's accepted tokens were
 written, and returns the drafts it gets back. The stepper starts new requests from their prompt
 (GRPO siblings grouped by prompt tokens), measures last step's acceptance, feeds every row's
@@ -13,7 +14,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
 
 import numpy as np
 
@@ -284,3 +286,43 @@ class SamStepper:
         if store is not None:  # hits, misses, prompts, tokens, bytes (not in drafter_nbytes)
             out["prompt_store"] = store.stats().as_dict()
         return out
+
+
+class StepperAdapter:
+    """What every engine adapter does alike (the custom_class proposer, the vLLM 0.34 speculator, the
+    vllm-ascend n-gram route): ``set_up_stepper`` from the engine's vLLM config, finished requests
+    forwarded to the stepper, and the stepper's metrics."""
+
+    settings: SamSettings
+    stepper: SamStepper
+    max_model_len: int
+
+    def set_up_stepper(
+        self,
+        vllm_config,
+        log: logging.Logger,
+        name: str,
+        check_settings: Callable[[SamSettings], None] | None = None,
+        compile: bool = True,
+    ) -> None:
+        """The settings from ``vllm_config`` (duck-typed: ``speculative_config.num_speculative_tokens``,
+        ``additional_config["sam_spec"]``, ``model_config.max_model_len``), validated once: a bad one
+        raises ValueError naming it, and so does ``check_settings``, a route's own refusal. Then the
+        stepper, logging to ``log``, and (unless ``compile`` is False) its kernels compiled before the
+        engine serves, not inside the first rollout's steps; ``log`` says "<name>: <settings>; kernels
+        ready in N s"."""
+        self.settings = SamSettings.from_vllm_config(vllm_config)
+        if check_settings is not None:
+            check_settings(self.settings)
+        self.max_model_len = int(vllm_config.model_config.max_model_len)
+        self.stepper = SamStepper(self.settings, self.max_model_len, log=log)
+        if compile:
+            seconds = compile_kernels(self.settings)
+            log.info("%s: %s; kernels ready in %.1f s", name, asdict(self.settings), seconds)
+
+    def on_request_finished(self, req_id) -> None:
+        self.stepper.finish(req_id)
+
+    @property
+    def metrics(self) -> SamMetrics:
+        return self.stepper.metrics

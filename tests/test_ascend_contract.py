@@ -9,6 +9,7 @@ The second half checks the SAM n-gram subclass against both propose() call forms
 from __future__ import annotations
 
 import ast
+import logging
 import os
 import subprocess
 import sys
@@ -226,3 +227,15 @@ def test_sam_ngram_subclass_validates_settings():
     cls = ngram_route.make_ngram_proposer_class(_FakeNgram)
     with pytest.raises(ValueError, match="sam_spec.threshold"):
         cls(_config(sam={"threshold": -3}), _runner([]))
+
+
+def test_sam_ngram_subclass_sets_up_as_the_vllm_routes_do(caplog, monkeypatch):
+    """The shared set-up (sam_rollout.stepper.StepperAdapter): kernels compiled before serving, and
+    the settings with the compile time in vLLM's log."""
+    monkeypatch.setattr(logging.getLogger("vllm"), "propagate", True)  # vLLM's own config stops it
+    cls = ngram_route.make_ngram_proposer_class(_FakeNgram)
+    with caplog.at_level(logging.INFO, logger=ngram_route.logger.name):
+        p = cls(_config(k=2), _runner([]))
+    assert p.k == 2 and p.max_model_len == 64 and p.metrics is p.stepper.metrics
+    assert "SAM n-gram route proposer: {'draft': {'k': 2" in caplog.text
+    assert "kernels ready in" in caplog.text

@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import inspect
+import logging
 import sys
 import types
 import zipfile
@@ -291,6 +292,22 @@ def _vllm_config(**sam_spec):
         model_config=SimpleNamespace(max_model_len=WIDTH),
         scheduler_config=SimpleNamespace(max_num_seqs=SLOTS),
     )
+
+
+def test_both_routes_set_up_alike(caplog, monkeypatch):
+    """One set-up (sam_rollout.stepper.StepperAdapter): the same settings, compiled kernels, a log line
+    each; the speculator refuses the online switch at construction."""
+    from sam_rollout.proposer import SamProposer
+
+    monkeypatch.setattr(logging.getLogger("vllm"), "propagate", True)  # vLLM's own config stops it
+    with pytest.raises(ValueError, match='switch="auto" is not supported with speculative method "sam"'):
+        SamSpeculator(_vllm_config(switch="auto"), "cpu", None)
+    config = _vllm_config(switch=2)
+    with caplog.at_level(logging.INFO, logger="vllm"):
+        speculator, proposer = SamSpeculator(config, "cpu", None), SamProposer(config)
+    assert speculator.settings == proposer.settings and speculator.max_model_len == proposer.max_model_len == WIDTH
+    for name in ("SAM speculator", "SAM proposer"):
+        assert f"{name}: {dataclasses.asdict(speculator.settings)}; kernels ready in" in caplog.text
 
 
 class V2Runner:

@@ -14,6 +14,8 @@ on an NPU here. Details: docs/vllm-hooks.md.
 
 from __future__ import annotations
 
+import logging
+
 from sam_rollout.patches import replace
 
 # The patch registry imports this module only once vllm-ascend's runner module is imported; SAM's
@@ -22,6 +24,9 @@ from sam_rollout.patches import replace
 RUNNER_MODULE = "vllm_ascend.worker.model_runner_v1"
 NGRAM_MODULE = "vllm_ascend.spec_decode.ngram_proposer"
 NAME = "ascend_ngram_route"
+
+# under "vllm." so that vLLM's configured handler prints it in engine processes
+logger = logging.getLogger(f"vllm.{__name__}")
 
 
 def sam_requested(vllm_config) -> bool:
@@ -37,32 +42,20 @@ def make_ngram_proposer_class(base):
     It skips ``base.__init__`` (the n-gram proposer allocates and JIT-warms buffers it would never
     use) and reads request identity from ``runner.input_batch``.
     """
-    from sam_rollout.settings import SamSettings
-    from sam_rollout.stepper import SamStepper, compile_kernels
+    from sam_rollout.stepper import StepperAdapter
 
-    class SamNgramProposer(base):  # type: ignore[misc, valid-type]
+    class SamNgramProposer(StepperAdapter, base):  # type: ignore[misc, valid-type]
         def __init__(self, vllm_config, runner):
             self.runner = runner
             self.vllm_config = vllm_config
-            spec = vllm_config.speculative_config
-            self.k = spec.num_speculative_tokens
-            self.max_model_len = vllm_config.model_config.max_model_len
-            self.settings = SamSettings.from_vllm_config(vllm_config)
-            self.stepper = SamStepper(self.settings, self.max_model_len)
-            compile_kernels(self.settings)  # before serving: not inside the first rollout's steps
+            self.set_up_stepper(vllm_config, logger, "SAM n-gram route proposer")
+            self.k = self.settings.draft.k
 
         def load_model(self, *args, **kwargs):
             pass
 
         def dummy_run(self, *args, **kwargs):
             pass
-
-        def on_request_finished(self, req_id) -> None:
-            self.stepper.finish(req_id)
-
-        @property
-        def metrics(self):
-            return self.stepper.metrics
 
         def propose(self, *args, **kwargs):
             # vLLM/vllm-ascend > 0.23: propose(K, sampled, num_tokens_no_spec, token_ids_cpu, ...)

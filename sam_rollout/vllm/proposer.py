@@ -14,32 +14,25 @@ it works with or without the ``vllm.general_plugins`` entry point.
 
 from __future__ import annotations
 
-from dataclasses import asdict
-
 from vllm.logger import init_logger
 
-from sam_rollout.metrics import SamMetrics
 from sam_rollout.patches import apply_patches
-from sam_rollout.settings import SamSettings
-from sam_rollout.stepper import SamStepper, compile_kernels
+from sam_rollout.stepper import StepperAdapter
 
 # under "vllm." so that vLLM's configured handler prints it in engine processes
 logger = init_logger(f"vllm.{__name__}")
 
 
-class SamProposer:
+class SamProposer(StepperAdapter):
     """``propose(sampled_token_ids, num_tokens_no_spec, token_ids_cpu, slot_mappings=...)`` returns one
     draft list per input-batch row; ``[]`` where nothing is drafted."""
 
     def __init__(self, vllm_config):
         self.vllm_config = vllm_config
-        self.settings = SamSettings.from_vllm_config(vllm_config)
-        self.stepper = SamStepper(self.settings, vllm_config.model_config.max_model_len, log=logger)
         self._input_batch = None
         self._scheduler_output = None
+        self.set_up_stepper(vllm_config, logger, "SAM proposer")
         apply_patches("vllm")  # also without the plugin installed (verl workers on PYTHONPATH)
-        seconds = compile_kernels(self.settings)  # before serving: not inside the first rollout's steps
-        logger.info("SAM proposer: %s; kernels ready in %.1f s", asdict(self.settings), seconds)
 
     # called by the runner patch around each propose
     def bind_step(self, input_batch, scheduler_output) -> None:
@@ -50,15 +43,8 @@ class SamProposer:
         self._input_batch = None
         self._scheduler_output = None
 
-    def on_request_finished(self, req_id) -> None:
-        self.stepper.finish(req_id)
-
     def load_model(self, *args, **kwargs) -> None:  # the CPU runner calls it unconditionally
         pass
-
-    @property
-    def metrics(self) -> SamMetrics:
-        return self.stepper.metrics
 
     def propose(self, sampled_token_ids, num_tokens_no_spec, token_ids_cpu, slot_mappings=None, **kwargs):
         batch = self._input_batch

@@ -26,14 +26,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from dataclasses import asdict
 
 import numpy as np
 import torch
 
 from sam_rollout.engine_kwargs import SETTINGS_KEY, sam_engine_kwargs
 from sam_rollout.settings import AUTO, WHERE, SamSettings
-from sam_rollout.stepper import SamStepper, compile_kernels
+from sam_rollout.stepper import SamStepper, StepperAdapter
 from sam_rollout.vllm.routes import SAM_METHOD
 
 # under "vllm." so that vLLM's configured handler prints it in engine processes
@@ -122,7 +121,7 @@ class HostRows:
         self._req = [None] * len(self._req)
 
 
-class SamSpeculator:
+class SamSpeculator(StepperAdapter):
     """vLLM 0.34's ``BaseSpeculator`` interface over ``sam_rollout.stepper.SamStepper``.
 
     ``propose`` returns ``[num_reqs, num_speculative_tokens]`` int64 drafts on the runner's device;
@@ -135,20 +134,16 @@ class SamSpeculator:
     enable_adaptive_verification = False  # read by the runner: SAM gives no per-slot confidences
 
     def __init__(self, vllm_config, device: torch.device, req_states, compile: bool = True):
-        self.settings = SamSettings.from_vllm_config(vllm_config)
-        check_settings_for_fixed_width(self.settings)
+        self.set_up_stepper(
+            vllm_config, logger, "SAM speculator", check_settings=check_settings_for_fixed_width, compile=compile
+        )
         self.device = torch.device(device)
         self.req_states = req_states
         self.k = self.settings.draft.k
-        self.max_model_len = int(vllm_config.model_config.max_model_len)
         self.max_num_reqs = int(vllm_config.scheduler_config.max_num_seqs)
-        self.stepper = SamStepper(self.settings, self.max_model_len, log=logger)
         self.rows = HostRows(self.max_num_reqs, self.max_model_len)
         self.num_valid = np.zeros(self.max_num_reqs, dtype=np.int32)
         self._warn_if_width_ignores_schedule(vllm_config)
-        if compile:  # before serving: not inside the first rollout's steps
-            seconds = compile_kernels(self.settings)
-            logger.info("SAM speculator: %s; kernels ready in %.1f s", asdict(self.settings), seconds)
 
     def _warn_if_width_ignores_schedule(self, vllm_config) -> None:
         given = getattr(vllm_config.speculative_config, "num_speculative_tokens_per_batch_size", None)
@@ -183,7 +178,7 @@ class SamSpeculator:
 
     def on_requests_finished(self, finished_req_ids: Iterable[str]) -> None:
         for req_id in sorted(finished_req_ids):
-            self.stepper.finish(req_id)
+            self.on_request_finished(req_id)
 
     def reset_state(self) -> None:
         """After vLLM's warm-up requests: forget them (their responses, groups and what the switch learned)."""
@@ -240,10 +235,6 @@ class SamSpeculator:
             out[i, : len(draft)] = draft
             self.num_valid[i] = len(draft)
         return torch.from_numpy(out).to(self.device)
-
-    @property
-    def metrics(self):
-        return self.stepper.metrics
 
 
 def __getattr__(name: str):
