@@ -45,6 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.cost_model import derive_schedule
 from benchmarks.simulator import (
     ANCHOR_CSV,
     MOE_ANCHOR_CSV,
@@ -73,7 +74,6 @@ from benchmarks.simulator import (
     time_breakdown,
 )
 from benchmarks.traces import QWEN25MATH, load_trace_set
-from sam_rollout.drafter.switch import derive_schedule
 from testkit.data import lognormal_lengths, shared_data_dir
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -23,7 +23,7 @@ Model, and what it leaves out:
 
 Policies: ``off``; a fixed threshold t (k drafts when the step schedules <= t requests); a
 schedule ``[(max_batch, k), ...]`` (what ``additional_config.sam_spec.schedule`` takes); ``oracle``,
-a per-step decision from the true cost model and acceptance (``sam_rollout.drafter.switch.choose_k_arrays``: every
+a per-step decision from the true cost model and acceptance (``benchmarks.cost_model.choose_k_arrays``: every
 running request must progress at least as fast as without drafts, then the highest token rate wins);
 ``auto``, the online switch of ``schedule: "auto"`` (``sam_rollout.drafter.auto_switch``, the same compiled code as in
 the engine), which knows neither: it sees each step's batch, its time (with multiplicative noise,
@@ -52,12 +52,12 @@ import numpy as np
 from numba import njit
 
 from benchmarks.acceptance_curves import power_of_two_edges
+from benchmarks.cost_model import acceptance_by_k, choose_k_arrays, expected_distinct_experts, k_by_batch_array
 from benchmarks.drafters import SamDrafter
 from benchmarks.model_shapes import QWEN3_32B, QWEN3_235B_A22B
 from benchmarks.replay import EARLIER_VISIT, ReplayStats, replay_group
 from sam_rollout.draft_scoring import ROUND_ROWS
 from sam_rollout.drafter import DraftConfig, auto_switch
-from sam_rollout.drafter.switch import acceptance_by_k, choose_k_arrays, expected_distinct_experts, k_by_batch_array
 from testkit.data import TraceGroup
 
 ANCHOR_CSV = "anchors/step_cost_h200_2026-11-30.csv"
@@ -361,7 +361,7 @@ class MoeRooflineCost:
     """T(batch, q, context) for an MoE decoder, from device rates fitted on a dense profile.
 
     Per device (tensor parallel ``tp``): fixed time, weights read (attention + router + the distinct
-    experts a step routes to, ``sam_rollout.drafter.switch.expected_distinct_experts`` with ``correlation``), KV read,
+    experts a step routes to, ``benchmarks.cost_model.expected_distinct_experts`` with ``correlation``), KV read,
     context latency and FLOPs, each at the rate ``fit_roofline`` found on the dense anchor; plus two
     all-reduces per layer, and ``overhead_ms`` per step for what a dense fit cannot see (expert
     dispatch, many small kernels), which makes verification relatively cheaper. The expert term is
