@@ -33,7 +33,7 @@ STORE = f"{DEFAULT_CONTINUATION}, 64k history + prompt store (default + store)"
 NO_STORE = f"{DEFAULT_CONTINUATION}, 64k history"
 DRIFT_RATES = (0.05, 0.2)
 SPEED_CONTEXTS = (1024, 8192, 32768)
-SPEED_REPEATS = 3
+SPEED_REPEATS = 5
 CONFIDENCE_REACH = 8  # the confidence length's own cap in the extra rows (the others draft at most k)
 LONG_CAP = 16  # the match length's cap in its extra rows, next to the fixed length at the same cap
 
@@ -157,16 +157,23 @@ def run_revisits(groups, k: int, notes: list[str]) -> dict:
 
 
 def run_speed(groups, notes: list[str]) -> dict:
-    """Drafter cost per request-step, the first-occurrence and the counted policies side by side in
-    every step (own context, speed.sam_step_us); SPEED_REPEATS windows, median. `..._vs_first` is
-    the median per-step ratio to the first occurrence: unlike the microseconds, it carries over
-    between machines."""
+    """Drafter cost per request-step on the engine's path (`SamStepper.step`), the first-occurrence and
+    the counted policies side by side in every step (own context, speed.sam_step_us), the default's
+    drafter calls alone (`_sync_propose`) and fused (`_fused`, `BatchDrafter.step`) beside them;
+    SPEED_REPEATS windows: the median (`contexts`) and the range (`ranges`). `..._vs_first` is the
+    median per-step ratio to the first occurrence, `..._vs_fused` the stepper's time over the fused
+    call's in the same steps: unlike the microseconds, the ratios carry over between machines."""
     corpus = np.concatenate([r for g in groups for r in g.responses])
     policies = {c: DraftConfig(group_aware=False, continuation=c) for c in ("first", *COUNTED)}
     small_pages = frozenset({"first_4k_pages", f"{DEFAULT_CONTINUATION}_4k_pages"})  # sam_rollout.drafter.pages off
     for name in sorted(small_pages):
         policies[name] = policies[name.removesuffix("_4k_pages")]
-    out: dict = {"contexts": {}, "build": {}, "repeats": SPEED_REPEATS}
+    fused, calls = f"{DEFAULT_CONTINUATION}_fused", f"{DEFAULT_CONTINUATION}_sync_propose"
+    paths = {fused: speed.FUSED, calls: speed.DRAFTER_CALLS}
+    for name in paths:
+        policies[name] = policies[DEFAULT_CONTINUATION]
+    notes.append(f"SAM timed through SamStepper.step (switch always), except {fused} and {calls}")
+    out: dict = {"contexts": {}, "ranges": {}, "build": {}, "repeats": SPEED_REPEATS}
     for context in SPEED_CONTEXTS:
         runs: dict[str, list[float]] = {}
         for repeat in range(SPEED_REPEATS):
@@ -178,12 +185,16 @@ def run_speed(groups, notes: list[str]) -> dict:
                     configs=policies,
                     seed=repeat,
                     small_pages=small_pages,
+                    paths=paths,
                 )
                 for name, t in timed.items():
                     runs.setdefault(f"sam_{name}_batch{batch}_us", []).append(t["us"])
                     if batch == 64 and name != "first":
                         runs.setdefault(f"sam_{name}_batch64_vs_first", []).append(t["ratio"])
+                engine_over_fused = timed[DEFAULT_CONTINUATION]["us"] / timed[fused]["us"]
+                runs.setdefault(f"sam_{DEFAULT_CONTINUATION}_batch{batch}_vs_fused", []).append(engine_over_fused)
         row = {key: float(np.median(v)) for key, v in runs.items()}
+        out["ranges"][str(context)] = {key: [min(v), max(v)] for key, v in runs.items()}
         if vllm_available():
             row["vllm_ngram_5_5_us"] = speed.vllm_ngram_step_us(corpus, context)
         if arctic_available():
@@ -191,7 +202,7 @@ def run_speed(groups, notes: list[str]) -> dict:
         out["contexts"][str(context)] = row
         print(f"  context {context}: " + ", ".join(f"{k} {v:.2f}" for k, v in row.items()), flush=True)
     for name, config in policies.items():
-        if name.endswith("_4k_pages"):
+        if name.endswith(("_4k_pages", "_fused", "_sync_propose")):
             continue  # the same build
         us, bytes_per_token = speed.sam_build(corpus, 32768, config=config)
         out["build"][name] = {"tokens": 32768, "us_per_token": us, "bytes_per_token": bytes_per_token}

@@ -1,8 +1,9 @@
 """Drafting cost, side by side in one run: per request-step, build per token, bytes per token.
 
 A request-step appends the tokens a verification step accepted (1 to 4, at random) and proposes
-k = 3. Contexts are windows of real responses tokenised with Qwen3's tokenizer. Peers are timed on
-the same windows, one request at a time, as their engines call them.
+k = 3. Contexts are windows of real responses tokenised with Qwen3's tokenizer. SAM is timed on the
+engine's path (``SamStepper.step``, called as the vLLM adapter calls it) unless a configuration names
+another path; peers are timed on the same windows, one request at a time, as their engines call them.
 """
 
 from __future__ import annotations
@@ -10,14 +11,50 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
 from sam_rollout.drafter import BatchDrafter, DraftConfig, pages
+from sam_rollout.settings import SamSettings
+from sam_rollout.stepper import SamStepper
+
+# how a configuration's drafter is driven in each engine step
+STEPPER = "stepper"  # SamStepper.step as sam_rollout.vllm.proposer calls it: the engine's path
+DRAFTER_CALLS = "sync+propose"  # only the stepper's two drafter calls, in its order
+FUSED = "fused"  # BatchDrafter.step: sync and propose in one compiled call (no engine calls it)
+PATHS = (STEPPER, DRAFTER_CALLS, FUSED)
+
+# one engine step of a started batch: (row lengths after the step, each row's accepted tokens)
+StepCall = Callable[[np.ndarray, list[list[int]]], object]
 
 
 def _windows(corpus: np.ndarray, context: int, count: int, rng) -> list[int]:
     return [int(o) for o in rng.integers(0, len(corpus) - context - 4096, size=count)]
+
+
+def start_batch(config: DraftConfig, path: str, rows: np.ndarray, context: int, k: int | None) -> StepCall:
+    """Start one request per row of `rows` (int32, as vLLM's token_ids_cpu) from its first `context`
+    tokens, driven on `path`; returns the call for one engine step. k None: the configuration's k."""
+    if path not in PATHS:
+        raise ValueError(f"unknown drafting path {path!r}; one of {PATHS}")
+    req_ids = [f"req-{b}" for b in range(len(rows))]  # vLLM's request ids are strings
+    if path == STEPPER:
+        stepper = SamStepper(SamSettings(draft=config, switch=None), max_model_len=rows.shape[1])  # drafts every step
+        prompt_lengths = np.full(len(rows), context, dtype=np.int32)
+        stepper.step(req_ids, prompt_lengths, [[] for _ in req_ids], prompt_lengths, rows)  # the prefill: starts all
+        return lambda lengths, accepted: stepper.step(req_ids, prompt_lengths, accepted, lengths, rows, k=k)
+    drafter = BatchDrafter(config)
+    for rid, row in zip(req_ids, rows):
+        drafter.start(rid, row[:context])
+    if path == FUSED:
+        return lambda lengths, accepted: drafter.step(req_ids, rows, lengths, k)
+
+    def sync_then_propose(lengths, accepted):
+        drafter.sync(req_ids, rows, lengths)
+        return drafter.propose(req_ids, k)
+
+    return sync_then_propose
 
 
 def sam_step_us(
@@ -29,39 +66,42 @@ def sam_step_us(
     k: int | None = 3,
     seed: int = 0,
     small_pages: frozenset[str] = frozenset(),
+    paths: Mapping[str, str] | None = None,
 ) -> dict[str, dict[str, float]]:
-    """Microseconds per request for one engine step through the public API, each configuration's
-    drafter side by side on the same windows: `step` reads each request's new tokens from a token
-    table (as vLLM's token_ids_cpu) and proposes. The drafters take turns within every step (in
-    alternating order), so a shared machine's changing speed weighs on all alike. Requests draft
-    from their own context.
+    """Microseconds per request for one engine step, each configuration's drafter side by side on the
+    same windows: every step appends each request's accepted tokens from a token table (as vLLM's
+    token_ids_cpu) and proposes. The drafters take turns within every step (in alternating order),
+    so a shared machine's changing speed weighs on all alike. Requests draft from their own context.
 
-    The configurations named in `small_pages` keep their automata in 4 KiB pages (sam_rollout.drafter.pages switched
-    off while they start and step), so that the huge pages' gain is measured in the same steps.
+    paths: {configuration: path} (`PATHS`) for those not driven through `SamStepper` (`STEPPER`).
+    The configurations named in `small_pages` keep their automata in 4 KiB pages (sam_rollout.drafter.pages
+    switched off while they start and step), so that the huge pages' gain is measured in the same steps.
 
     k: the draft cap of every configuration's steps; None: each configuration's own k.
 
     Returns, per configuration, the median us per request-step and the median of its per-step ratio
     to the first configuration's."""
+    paths = dict(paths or {})
+    if set(paths) - set(configs):
+        raise ValueError(f"paths names configurations that are not timed: {sorted(set(paths) - set(configs))}")
     rng = np.random.default_rng(seed)
     starts = _windows(corpus, context, batch, rng)
     width = context + 4 * (steps + 10)
-    rows = np.stack([corpus[off : off + width] for off in starts])
-    drafters = {name: BatchDrafter(config) for name, config in configs.items()}
-    ids = list(range(batch))
-    for name, drafter in drafters.items():
+    rows = np.stack([corpus[off : off + width] for off in starts]).astype(np.int32)
+    step_calls = {}
+    for name, config in configs.items():
         with _pages(name in small_pages):
-            for b in range(batch):
-                drafter.start(b, rows[b, :context])
-    lengths = np.full(batch, context)
-    per_request: dict[str, list[float]] = {name: [] for name in drafters}
-    names = list(drafters)
+            step_calls[name] = start_batch(config, paths.get(name, STEPPER), rows, context, k)
+    lengths = np.full(batch, context, dtype=np.int32)  # vLLM's num_tokens_no_spec
+    per_request: dict[str, list[float]] = {name: [] for name in step_calls}
+    names = list(step_calls)
     for step in range(steps + 10):
-        lengths += rng.integers(1, 5, size=batch)
+        before, lengths = lengths, lengths + rng.integers(1, 5, size=batch).astype(np.int32)
+        accepted = [rows[b, before[b] : lengths[b]].tolist() for b in range(batch)]  # the engine's sampled ids
         for name in names if step % 2 == 0 else names[::-1]:
             with _pages(name in small_pages):
                 t0 = time.perf_counter()
-                drafters[name].step(ids, rows, lengths, k)  # k None: the drafter's own config.k
+                step_calls[name](lengths, accepted)
                 elapsed = time.perf_counter() - t0
             if step >= 10:  # warm-up steps touch cold caches
                 per_request[name].append(elapsed / batch * 1e6)
