@@ -46,9 +46,18 @@ import torch.nn.functional as F
 from benchmarks.model_shapes import QWEN3_32B, QWEN3_235B_A22B
 
 DENSE, MOE = QWEN3_32B, QWEN3_235B_A22B
-TINY_DENSE = dict(layers=64, hidden=64, heads=4, kv_heads=2, head_dim=16, intermediate=128, vocab=1000)
+# the full models' layer counts (the CSV's ms_per_step_<L>_layers column), every width tiny
+TINY_DENSE = dict(layers=DENSE["layers"], hidden=64, heads=4, kv_heads=2, head_dim=16, intermediate=128, vocab=1000)
 TINY_MOE = dict(
-    layers=94, hidden=64, heads=4, kv_heads=2, head_dim=16, experts=16, top_k=2, moe_intermediate=32, vocab=1000
+    layers=MOE["layers"],
+    hidden=64,
+    heads=4,
+    kv_heads=2,
+    head_dim=16,
+    experts=16,
+    top_k=2,
+    moe_intermediate=32,
+    vocab=1000,
 )
 
 

@@ -375,7 +375,7 @@ class MoeRooflineCost:
         tp: int = 4,
         correlation: float = 0.0,
         allreduce_us: float = 15.0,
-        dense_layers: int = 64,
+        dense_layers: int = QWEN3_32B["layers"],  # the dense anchor's model
         overhead_ms: float = 0.0,
     ):
         self.rates, self.s, self.tp, self.rho, self.ar = rates, shape, tp, correlation, allreduce_us
