@@ -12,45 +12,38 @@ from conftest import require, require_module
 from vllm_cpu_kernels import run_with_cpu_kernels
 
 from sam_rollout import patches
-from sam_rollout.patches import ALL_PLATFORMS, BY_NAME, PATCHES, V1_RUNNER, decide, in_range, is_patched, replace
+from sam_rollout.patches import BY_NAME, PATCHES, V1_RUNNER, decide, in_range, is_patched, replace
+from testkit import patches_doc
 
 REPO = Path(__file__).resolve().parents[1]
-DOC = REPO / "docs" / "patches.md"
-COLUMNS = ["patch", "target", "why", "versions", "platforms", "switch", "module"]
+DOC = patches_doc.DOC
 
 
 def table_rows() -> dict[str, dict[str, str]]:
-    rows = {}
-    for line in DOC.read_text().splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
-        if len(cells) == len(COLUMNS) and cells[0].startswith("`"):
-            row = dict(zip(COLUMNS, cells, strict=True))
-            rows[row["patch"].strip("`")] = row
-    return rows
+    return patches_doc.table_cells(DOC.read_text())
 
 
-def documented_switch(patch: patches.Patch) -> str:
-    value = "1" if not patch.default_on else "0"
-    extra = (["opt-in"] if not patch.default_on else []) + [f"also `{a}`" for a in patch.aliases]
-    return f"`{patch.env}={value}`" + (f" ({'; '.join(extra)})" if extra else "")
+def test_the_doc_table_is_the_registrys_rendering():
+    text = DOC.read_text()
+    assert text == patches_doc.render(text), (
+        f"docs/patches.md's table differs from sam_rollout.patches.PATCHES; run: {patches_doc.COMMAND}"
+    )
+    unwritten = [name for name, row in table_rows().items() if row["why"] == patches_doc.NO_WHY]
+    assert not unwritten, f"docs/patches.md: write why these patches are needed: {unwritten}"
 
 
-def documented_platforms(patch: patches.Patch) -> str:
-    return "all" if patch.platforms == ALL_PLATFORMS else ", ".join(sorted(patch.platforms))
+def test_the_rendering_keeps_each_why_and_adds_a_row_for_a_new_patch():
+    text = DOC.read_text()
+    first = PATCHES[0].name
+    without_first = "\n".join(line for line in text.splitlines() if not line.startswith(f"| `{first}` |")) + "\n"
+    rendered = patches_doc.render(without_first)
+    assert patches_doc.table_cells(rendered)[first]["why"] == patches_doc.NO_WHY
+    assert patches_doc.render(rendered.replace(patches_doc.NO_WHY, table_rows()[first]["why"])) == text
 
 
-def test_every_patch_is_in_the_table_and_every_row_is_a_patch():
-    rows = table_rows()
-    assert list(rows) == [p.name for p in PATCHES]  # same patches, same order
+def test_every_patch_names_a_module_that_installs_it():
     for patch in PATCHES:
-        row = rows[patch.name]
-        assert row["target"] == f"`{patch.target}`", patch.name
-        assert row["versions"] == f"{patch.engine} {patch.versions}", patch.name
-        assert row["platforms"] == documented_platforms(patch), patch.name
-        assert row["switch"] == documented_switch(patch), patch.name
-        module = patch.install.partition(":")[0]
-        assert row["module"] == f"`{module.replace('.', '/')}.py`", patch.name
-        assert (REPO / module.replace(".", "/")).with_suffix(".py").is_file()
+        assert (REPO / patches_doc.module_path(patch)).is_file(), patch.name
         assert callable(patches.install_function(patch)), patch.name  # imports no engine at module level
 
 
