@@ -38,7 +38,7 @@ fi
 export DATA_DIR="${DATA_DIR:-$HOME/data/dapo}"
 export TRAIN_FILE="${TRAIN_FILE:-$DATA_DIR/arithmetic-train.parquet}" TEST_FILE="${TEST_FILE:-$DATA_DIR/arithmetic-val.parquet}"
 if [ ! -f "$TRAIN_FILE" ] || [ ! -f "$TEST_FILE" ]; then
-  "$python" "$repo/scripts/prepare_dapo_data.py" --out "$DATA_DIR" --arithmetic-only
+  "$python" -m sam_rollout.verl.data.prepare --out "$DATA_DIR" --arithmetic-only
 fi
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 exec bash "$repo/scripts/run_recipe.sh" dapo_smollm2_cpu "$config" "$arm" "$@"

@@ -106,7 +106,7 @@ def write_parquet(rows: list[dict], path: Path) -> None:
 def default_shared() -> Path:
     """../shared/data beside the repository, or $SAM_SHARED_DIR/data (as testkit/data.py reads it)."""
     root = os.environ.get("SAM_SHARED_DIR")
-    return Path(root) / "data" if root else Path(__file__).resolve().parents[3] / "shared" / "data"
+    return Path(root) / "data" if root else Path(__file__).resolve().parents[4] / "shared" / "data"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from sam_rollout.engine_kwargs import CUSTOM_CLASS, SAM_METHOD, SAM_PROPOSER, re
 from sam_rollout.settings import SCHEDULE, SWITCH, THRESHOLD
 from sam_rollout.verl.runtime.engine_args import check_route, check_sam_engine_kwargs
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 RECIPES = REPO / "recipes"
 CORE, DAPO_RECIPE = "core", "dapo-recipe"
 # the trainer's entry module; verl-recipe's main_dapo only to reproduce the published generation pattern
