@@ -7,14 +7,18 @@ kernels: `layout` (the array fields, fresh arrays), `edges` (edge blocks), `toke
 arrays; `switch` (schedules) and `auto_switch` (the online switch) decide k per step.
 
 numba's on-disk cache checks only the file a kernel is defined in, while the kernels it calls from
-the other compiled modules are compiled into it: after editing one of them, clear the `__pycache__`
-folders (or use a fresh NUMBA_CACHE_DIR).
+the other modules are compiled into it: `kernel_cache` drops the cached kernels at import whenever a
+drafter source or numba's version has changed.
 """
 
-from .batch import SOURCE_GROUP, SOURCE_HISTORY, SOURCE_NONE, SOURCE_STORE, BatchDrafter, Proposal
-from .config import DraftConfig
-from .prompt_store import PromptStore
-from .single_stream import SuffixAutomaton
+from .kernel_cache import drop_stale_drafter_kernels
+
+drop_stale_drafter_kernels()  # before the kernel modules load
+
+from .batch import SOURCE_GROUP, SOURCE_HISTORY, SOURCE_NONE, SOURCE_STORE, BatchDrafter, Proposal  # noqa: E402
+from .config import DraftConfig  # noqa: E402
+from .prompt_store import PromptStore  # noqa: E402
+from .single_stream import SuffixAutomaton  # noqa: E402
 
 __all__ = [
     "BatchDrafter",
