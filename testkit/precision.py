@@ -116,7 +116,7 @@ def check_dtype(model: str, prompts: list[list[int]], dtype: str, max_tokens: in
     llm = LLM(model, **base)
     decode = decode_path(llm, prompts, max_tokens)
     shutdown(llm)
-    llm = LLM(model, **base, **sam_engine_kwargs(k, threshold=None))  # the verify path: drafts in every step
+    llm = LLM(model, **base, **sam_engine_kwargs(k, switch=None))  # the verify path: drafts in every step
     verify = greedy_with_logprobs(llm, prompts, max_tokens)
     shutdown(llm)
     return compare_paths(dtype, k, decode, verify)

@@ -204,7 +204,7 @@ def _config(k=3, sam=None):
     return _NS(
         speculative_config=_NS(num_speculative_tokens=k, method="ngram"),
         model_config=_NS(max_model_len=64),
-        additional_config={"sam_spec": sam if sam is not None else {"threshold": None}},
+        additional_config={"sam_spec": sam if sam is not None else {"switch": None}},
     )
 
 
@@ -225,8 +225,8 @@ def test_sam_ngram_subclass_both_call_forms():
 
 def test_sam_ngram_subclass_validates_settings():
     cls = ngram_route.make_ngram_proposer_class(_FakeNgram)
-    with pytest.raises(ValueError, match="sam_spec.threshold"):
-        cls(_config(sam={"threshold": -3}), _runner([]))
+    with pytest.raises(ValueError, match="sam_spec.switch"):
+        cls(_config(sam={"switch": -3}), _runner([]))
 
 
 def test_sam_ngram_subclass_sets_up_as_the_vllm_routes_do(caplog, monkeypatch):

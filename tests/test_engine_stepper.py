@@ -67,7 +67,7 @@ PERIOD = [5, 6, 7, 8, 9]
 
 
 def test_drafts_follow_rows_when_rows_move():
-    st = SamStepper(settings(threshold=None), max_model_len=W)
+    st = SamStepper(settings(switch=None), max_model_len=W)
     b = Batch()
     b.add("a", [1, 2, 3] + PERIOD * 2)  # periodic: the next tokens are predictable
     b.add("b", [40, 41, 42, 43, 44, 40, 41])
@@ -88,20 +88,20 @@ def test_drafts_follow_rows_when_rows_move():
 
 
 def test_never_more_than_k_and_not_past_max_model_len():
-    st = SamStepper(settings(k=4, threshold=None, length_policy="fixed"), max_model_len=W)
+    st = SamStepper(settings(k=4, switch=None, length_policy="fixed"), max_model_len=W)
     b = Batch()
     b.add("a", PERIOD * 4)
     out = step(st, b, [[9]])
     assert len(out[0]) == 4
     out = step(st, b, [[9]], k=2)  # the scheduler's per-step K caps it further
     assert len(out[0]) == 2
-    st2 = SamStepper(settings(k=4, threshold=None, length_policy="fixed"), max_model_len=22)
+    st2 = SamStepper(settings(k=4, switch=None, length_policy="fixed"), max_model_len=22)
     out = step(st2, b, [[9]])
     assert len(out[0]) == 2  # 20 tokens, max_model_len 22
 
 
 def test_no_draft_for_partial_prefill_rows_but_state_is_kept():
-    st = SamStepper(settings(threshold=None), max_model_len=W)
+    st = SamStepper(settings(switch=None), max_model_len=W)
     b = Batch()
     b.add("a", PERIOD * 3)
     b.add("p", PERIOD * 3 + [1])  # still prefilling: no sampled token
@@ -111,7 +111,7 @@ def test_no_draft_for_partial_prefill_rows_but_state_is_kept():
 
 
 def test_threshold_turns_speculation_off_and_keeps_state_current():
-    st = SamStepper(settings(threshold=2), max_model_len=W)
+    st = SamStepper(settings(switch=2), max_model_len=W)
     b = Batch()
     for r in "abc":
         b.add(r, PERIOD * 2)
@@ -127,7 +127,7 @@ def test_threshold_turns_speculation_off_and_keeps_state_current():
 
 
 def test_acceptance_counting():
-    st = SamStepper(settings(threshold=None), max_model_len=W)
+    st = SamStepper(settings(switch=None), max_model_len=W)
     b = Batch()
     b.add("a", PERIOD * 2)
     assert step(st, b, [[9]])[0] == [5, 6, 7]
@@ -140,7 +140,7 @@ def test_acceptance_counting():
 
 
 def test_siblings_share_a_group_by_prompt():
-    st = SamStepper(settings(threshold=None, group_aware=True), max_model_len=W)
+    st = SamStepper(settings(switch=None, group_aware=True), max_model_len=W)
     b = Batch()
     prompt = [1, 2, 3]
     b.add("s0", prompt)
@@ -151,12 +151,12 @@ def test_siblings_share_a_group_by_prompt():
     assert out[1] == [31, 32, 33]  # drafted from its sibling's text
     assert prompt_key(np.array(prompt)) == prompt_key(np.array(prompt, dtype=np.int32))  # any int dtype
 
-    st = SamStepper(settings(threshold=None, group_aware=False), max_model_len=W)
+    st = SamStepper(settings(switch=None, group_aware=False), max_model_len=W)
     assert step(st, b, [[34], [30]])[1] == []
 
 
 def test_rows_that_go_backwards_are_rebuilt(caplog):
-    st = SamStepper(settings(threshold=None), max_model_len=W)
+    st = SamStepper(settings(switch=None), max_model_len=W)
     b = Batch()
     b.add("a", PERIOD * 2)
     b.append(0, PERIOD)
@@ -173,7 +173,7 @@ def test_the_prompt_store_carries_a_finished_response_to_the_next_visit():
     """The engine path: a request's response is kept under its prompt when it finishes, and the next
     request with that prompt (RL's next visit) drafts from it; a rebuilt row stores nothing."""
     prompt, response = [1, 2, 3], [30, 31, 32, 33, 34, 35]  # no repeats: only the store can draft
-    st = SamStepper(settings(threshold=None, prompt_store=True), max_model_len=W)
+    st = SamStepper(settings(switch=None, prompt_store=True), max_model_len=W)
     b = Batch()
     b.add("visit1", prompt)
     b.append(0, response)
@@ -200,8 +200,9 @@ def test_the_prompt_store_carries_a_finished_response_to_the_next_visit():
 @pytest.mark.parametrize(
     "raw, field",
     [
-        ({"threshold": -1}, "threshold"),
-        ({"threshold": "8"}, "threshold"),
+        ({"switch": -1}, "switch"),
+        ({"switch": "8"}, "switch"),
+        ({"threshold": 8}, "threshold"),  # a removed name: unknown
         ({"min_match": 0}, "min_match"),
         ({"length_policy": "long"}, "length_policy"),
         ({"group_aware": "yes"}, "group_aware"),
@@ -222,7 +223,7 @@ def test_settings_defaults_and_null_threshold():
     s = SamSettings.from_mapping(3, None)
     assert (s.draft.k, s.switch, s.draft.min_match, s.draft.length_policy) == (3, 8, 1, "match")
     assert s.draft.group_aware is True
-    assert SamSettings.from_mapping(5, {"threshold": None}).switch is None
+    assert SamSettings.from_mapping(5, {"switch": None}).switch is None
     with pytest.raises(ValueError, match="num_speculative_tokens"):
         SamSettings.from_mapping(0, {})
     draft = s.draft
@@ -247,7 +248,7 @@ def test_auto_switch_learns_the_step_cost_from_the_calls():
     drafting; at 1.05x it drafts."""
     for cost_per_draft_token, drafts in ((4.0 / 3, False), (0.05 / 3, True)):
         clock = Clock()
-        st = SamStepper(settings(threshold=None, schedule="auto"), max_model_len=1 << 12, clock=clock)
+        st = SamStepper(settings(switch="auto"), max_model_len=1 << 12, clock=clock)
         b = Batch(n_rows=4, width=1 << 12)
         for r in "abcd":
             b.add(r, PERIOD * 2)
@@ -281,7 +282,7 @@ def test_auto_switch_starts_drafting_when_the_text_turns_predictable():
     drafts. Its learnt acceptance is the scored one, not the last drafted steps'."""
     clock = Clock()
     width = 1 << 12
-    st = SamStepper(settings(threshold=None, schedule="auto"), max_model_len=width, clock=clock)
+    st = SamStepper(settings(switch="auto"), max_model_len=width, clock=clock)
     rng = np.random.default_rng(0)
     noise_steps, periodic_steps = 150, 60
     text = np.concatenate([rng.integers(0, 6, size=(4, noise_steps + 10)), np.tile(PERIOD, (4, 200))], axis=1)
@@ -318,7 +319,7 @@ def test_a_new_batch_admitted_over_a_few_steps_replaces_most_of_the_acceptance_e
 
     def run(starts_by_step, running=4):
         clock = Clock()
-        st = SamStepper(settings(threshold=None, schedule="auto"), max_model_len=W, clock=clock)
+        st = SamStepper(settings(switch="auto"), max_model_len=W, clock=clock)
         b = Batch(n_rows=24)
         weights = []
         for s, starts in enumerate([running] + starts_by_step):
@@ -342,7 +343,7 @@ def test_paused_steps_draft_nothing_and_teach_the_switch_nothing():
     """Paused (the demo's SAM-off arm), the stepper sends no drafts and its switch sees no step time and
     no scoring round, but the drafter follows the tokens; resumed, it drafts from the whole context."""
     clock = Clock()
-    st = SamStepper(settings(threshold=None, schedule="auto"), max_model_len=W, clock=clock)
+    st = SamStepper(settings(switch="auto"), max_model_len=W, clock=clock)
     b = Batch()
     b.add("a", PERIOD * 2)
     st.pause(True)
@@ -363,7 +364,7 @@ def test_paused_steps_draft_nothing_and_teach_the_switch_nothing():
     clock.now += 0.1
     step(st, b, [[int(b.tok[0, b.len[0] - 1])]])
     assert st.snapshot()["switch"]["buckets"]["1-1"]["plain_step_ms"] == pytest.approx(100.0)
-    st2 = SamStepper(settings(threshold=None), max_model_len=W)
+    st2 = SamStepper(settings(switch=None), max_model_len=W)
     b2 = Batch()
     b2.add("x", PERIOD * 2)
     st2.pause(True)
@@ -375,7 +376,7 @@ def test_paused_steps_draft_nothing_and_teach_the_switch_nothing():
 
 def test_steps_with_prefill_teach_the_switch_nothing():
     clock = Clock()
-    st = SamStepper(settings(threshold=None, schedule="auto"), max_model_len=W, clock=clock)
+    st = SamStepper(settings(switch="auto"), max_model_len=W, clock=clock)
     b = Batch()
     b.add("a", PERIOD * 2)
     for i in range(6):  # a new request each step: every step has a prefill in it
@@ -390,7 +391,7 @@ def test_an_interval_spent_in_the_stepper_itself_is_not_timed():
     the interval after it is the stepper's, not the engine's. Timed, it would become the bucket's plain
     step and make every drafted step there look free for a long time (docs/vllm-hooks.md)."""
     clock = Clock()
-    st = SamStepper(settings(threshold=None, schedule="auto"), max_model_len=W, clock=clock)
+    st = SamStepper(settings(switch="auto"), max_model_len=W, clock=clock)
     b = Batch()
     b.add("a", PERIOD * 2)
     sync, calls = st.drafter.sync, []
@@ -410,7 +411,7 @@ def test_an_interval_spent_in_the_stepper_itself_is_not_timed():
 
 
 @pytest.mark.parametrize(
-    "raw", [{"threshold": None, "schedule": "auto"}, {}, {"prompt_store": True}, {"history_tokens": 2048}]
+    "raw", [{"switch": "auto"}, {}, {"prompt_store": True}, {"history_tokens": 2048}]
 )
 def test_compile_kernels_leaves_nothing_to_compile_in_an_engine_session(raw):
     """After ``compile_kernels`` (which the engine adapters run before serving), a session shaped like an
@@ -481,15 +482,12 @@ def test_compile_kernels_leaves_nothing_to_compile_in_an_engine_session(raw):
 
 
 def test_auto_schedule_setting():
-    assert SamSettings.from_mapping(3, {"schedule": "auto"}).switch == "auto"
-    assert SamSettings.from_mapping(3, {"schedule": "auto", "threshold": None}).switch == "auto"
-    with pytest.raises(ValueError, match='schedule must be "auto" or a list'):
-        SamSettings.from_mapping(3, {"schedule": "fast"})
-    with pytest.raises(ValueError, match="threshold=8 and schedule='auto' both set when to speculate"):
-        SamSettings.from_mapping(3, {"schedule": "auto", "threshold": 8})
+    assert SamSettings.from_mapping(3, {"switch": "auto"}).switch == "auto"
+    with pytest.raises(ValueError, match=r"switch must be .*\"auto\", or a list .*got 'fast'"):
+        SamSettings.from_mapping(3, {"switch": "fast"})
 
 
-@pytest.mark.parametrize("switch", [{"threshold": 8}, {"threshold": None, "schedule": "auto"}])
+@pytest.mark.parametrize("switch", [{"switch": 8}, {"switch": "auto"}])
 def test_the_snapshot_is_plain_data(switch):
     """sam_spec_metrics crosses vLLM's RPC (msgspec), which refuses numpy scalars: plain JSON types only."""
     st = SamStepper(settings(**switch), max_model_len=W)
@@ -521,7 +519,7 @@ def test_draft_length_per_request_up_to_the_cap():
     period = list(range(100, 120))
     long_row, short_row = [1, 2] + period * 2, [40, 41, 42, 40]
     for k, lengths in ((16, [16, 3]), (3, [3, 3])):
-        st = SamStepper(settings(k=k, threshold=None), max_model_len=W)
+        st = SamStepper(settings(k=k, switch=None), max_model_len=W)
         b = Batch()
         b.add("long", long_row)  # its last 20 tokens repeat: a match of 20 tokens
         b.add("short", short_row)  # a match of 1 token

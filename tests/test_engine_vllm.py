@@ -129,7 +129,7 @@ def reference(plain_run):
 def sam_llm(model_dir, reference):
     # LLM.get_metrics() reads the process-wide Prometheus registry, which the most recently
     # constructed LLM owns: build the reference engine first.
-    llm = LLM(model_dir, **ENGINE_KW, **sam_engine_kwargs(K, threshold=None))
+    llm = LLM(model_dir, **ENGINE_KW, **sam_engine_kwargs(K, switch=None))
     yield llm
     shutdown(llm)
 
@@ -211,7 +211,7 @@ def test_threshold_switches_speculation_off_and_on(model_dir, prompts, reference
     # 6 requests of different lengths: speculation is off while more than 2 are scheduled,
     # and comes on as they finish. Greedy outputs stay identical to the no-speculation run.
     lengths = [48, 64, 96, 160, 224, 320]
-    llm = LLM(model_dir, **ENGINE_KW, **sam_engine_kwargs(K, threshold=2))
+    llm = LLM(model_dir, **ENGINE_KW, **sam_engine_kwargs(K, switch=2))
     try:
         sps = [SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True) for n in lengths]
         outs = llm.generate(as_inputs(prompts[: len(lengths)]), sps)
@@ -219,7 +219,7 @@ def test_threshold_switches_speculation_off_and_on(model_dir, prompts, reference
         c = counters(llm)
     finally:
         shutdown(llm)
-    print(f"threshold=2: SAM {m}; vLLM {c}")
+    print(f"switch=2: SAM {m}; vLLM {c}")
     assert 0.0 < m["frac_steps_on"] < 1.0, m
     assert c["num_drafts"] > 0
     # with threshold 2, drafts are only made in steps with <= 2 requests: at most 2 rows per step
@@ -229,14 +229,14 @@ def test_threshold_switches_speculation_off_and_on(model_dir, prompts, reference
 
 
 def test_online_switch_scores_drafts_and_keeps_greedy_identity(model_dir, prompts, reference, monkeypatch):
-    """schedule: auto in the real engine: greedy outputs identical, every step with decode rows chose a k,
+    """switch: auto in the real engine: greedy outputs identical, every step with decode rows chose a k,
     and the scoring rounds measured this model's greedy acceptance whether or not drafts were sent
     (what the switch then chose depends on this machine's step cost)."""
     from testkit.engine import warm_every_batch_size
 
     lengths = [96, 128, 160, 192]
     monkeypatch.setenv("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")  # the warm-up's RPC is a callable
-    llm = LLM(model_dir, **ENGINE_KW, **sam_engine_kwargs(K, threshold=None, schedule="auto"))
+    llm = LLM(model_dir, **ENGINE_KW, **sam_engine_kwargs(K, switch="auto"))
     try:
         # the engine benchmark's warm-up pauses SAM: the switch neither chooses nor learns there
         warm_every_batch_size(llm, prompts, 6)
@@ -272,14 +272,14 @@ def test_bad_setting_fails_engine_start(model_dir, tmp_path):
                     speculative_config={{"method": "custom_class",
                                          "model": "sam_rollout.proposer.SamProposer",
                                          "num_speculative_tokens": 3}},
-                    additional_config={{"sam_spec": {{"threshold": -1}}}})
+                    additional_config={{"sam_spec": {{"switch": -1}}}})
             """
         )
     )
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode != 0
-    assert "additional_config.sam_spec.threshold must be an integer >= 0" in r.stdout + r.stderr
+    assert "additional_config.sam_spec.switch must be an integer >= 0" in r.stdout + r.stderr
 
 
 def test_precision_check_fp32(sam_llm, plain_run, prompts):

@@ -42,7 +42,7 @@ def visit(llm) -> tuple[list, dict]:
 
 def test_save_then_load_lets_revisits_draft_from_the_saved_store(model_dir, tmp_path):  # noqa: F811
     path = str(tmp_path / "sam_prompt_store" / "rollout_0.npz")
-    llm = LLM(model_dir, **ENGINE_KW, **sam_engine_kwargs(K, threshold=None, prompt_store=True))
+    llm = LLM(model_dir, **ENGINE_KW, **sam_engine_kwargs(K, switch=None, prompt_store=True))
     try:
         first, change = visit(llm)
         assert change["requests_with_store"] == 0 and change["requests_started"] == len(PROMPTS) * SIBLINGS

@@ -195,7 +195,7 @@ RESPONSES = {"p": np.arange(1000, 1040, dtype=np.int32), "q": np.arange(2000, 20
 
 
 def store_settings(**kw):
-    return SamSettings.from_mapping(3, {"prompt_store": True, "threshold": None, **kw})
+    return SamSettings.from_mapping(3, {"prompt_store": True, "switch": None, **kw})
 
 
 def run_visit(stepper, tag, siblings=2):
@@ -255,7 +255,7 @@ def test_requests_with_store_counts_only_revisits():
     run_visit(stepper, "v2")
     second = tracker.step_metrics({"e": stepper.snapshot()})
     assert first["rollout/sam_requests_with_store"] == 0.0 and second["rollout/sam_requests_with_store"] == 4.0
-    off = SamStepper(SamSettings.from_mapping(3, {"threshold": None}), max_model_len=WIDTH)
+    off = SamStepper(SamSettings.from_mapping(3, {"switch": None}), max_model_len=WIDTH)
     run_visit(off, "v1")
     run_visit(off, "v2")
     assert off.snapshot()["requests_with_store"] == 0

@@ -1,6 +1,6 @@
 """sam_engine_kwargs: the engine arguments every script and test builds SAM from, read back as the engine
-reads them (``SamSettings``): one switch with its two old names, every DraftConfig field, and the
-messages a bad or conflicting setting gives."""
+reads them (``SamSettings``): one switch under one name, every DraftConfig field, and the messages a
+bad, unknown or removed setting gives."""
 
 from dataclasses import fields
 
@@ -51,7 +51,7 @@ def test_every_draft_config_field_but_k_is_a_setting_and_round_trips():
     s = SamSettings.from_mapping(5, {**changed, "switch": 2, "log_interval_s": 1.5})
     assert s.draft == DraftConfig(k=5, **changed)
     assert (s.switch, s.log_interval_s) == (2, 1.5)
-    assert set(KNOWN_KEYS) == set(changed) | {"switch", "threshold", "schedule", "log_interval_s"}
+    assert set(KNOWN_KEYS) == set(changed) | {"switch", "log_interval_s"}
 
 
 @pytest.mark.parametrize(
@@ -60,52 +60,34 @@ def test_every_draft_config_field_but_k_is_a_setting_and_round_trips():
         ({"switch": 4}, 4),
         ({"switch": 0}, 0),
         ({"switch": None}, None),
-        ({"switch": "always"}, None),
         ({"switch": "auto"}, AUTO),
         ({"switch": [[2, 3], [16, 1]]}, ((2, 3), (16, 1))),
-        # the old names, as they were written: a threshold, a schedule (with or without threshold: null)
-        ({"threshold": 4}, 4),
-        ({"threshold": None}, None),
-        ({"threshold": 8, "schedule": None}, 8),  # what configs/sam/enabled.yaml resolved to before sam.spec
-        ({"schedule": "auto"}, AUTO),
-        ({"threshold": None, "schedule": "auto"}, AUTO),
-        ({"threshold": None, "schedule": [[2, 3]]}, ((2, 3),)),
-        ({"schedule": None}, DEFAULT_SWITCH),
-        ({"switch": 4, "schedule": None}, 4),
     ],
 )
-def test_one_switch_and_its_old_names(raw, switch):
+def test_one_switch_four_kinds_of_value(raw, switch):
     assert SamSettings.from_mapping(3, raw).switch == switch
 
 
 @pytest.mark.parametrize(
-    "raw,got",
-    [
-        ({"threshold": 8, "schedule": "auto"}, "threshold=8 and schedule='auto'"),
-        ({"switch": 4, "threshold": 8}, "switch=4 and threshold=8"),
-        ({"switch": 4, "threshold": None}, "switch=4 and threshold=None"),
-        ({"switch": "auto", "schedule": [[2, 3]]}, "switch='auto' and schedule=[[2, 3]]"),
-    ],
+    "raw",
+    [{"threshold": 8}, {"schedule": "auto"}, {"threshold": None, "schedule": [[2, 3]]}, {"switch": 4, "threshold": 8}],
 )
-def test_two_switches_fail_naming_both_and_the_new_key(raw, got):
+def test_the_switchs_removed_names_fail_as_unknown_keys_listing_the_known_ones(raw):
+    removed = sorted(set(raw) - {"switch"})
     with pytest.raises(ValueError) as e:
         SamSettings.from_mapping(3, raw)
-    message = str(e.value)
-    assert got in message and "additional_config.sam_spec.switch" in message
-    assert "threshold and schedule are its old names" in message
+    assert f"additional_config.sam_spec: unknown setting(s) {removed}; known: {sorted(KNOWN_KEYS)}" == str(e.value)
 
 
 @pytest.mark.parametrize(
     "raw,message",
     [
-        ({"switch": -1}, r"sam_spec\.switch must be an integer >= 0 \(a threshold\), null or \"always\""),
+        ({"switch": -1}, r"sam_spec\.switch must be an integer >= 0 \(a threshold\), null \(every step\), \"auto\""),
+        ({"switch": "always"}, r"sam_spec\.switch must be .*got 'always'"),  # null is the one spelling
         ({"switch": "sometimes"}, r"sam_spec\.switch must be .*got 'sometimes'"),
         ({"switch": True}, r"sam_spec\.switch must be .*got True"),
         ({"switch": [[2, 4]]}, r"sam_spec\.switch\[0\]: k must be an integer in 0\.\.3"),
-        ({"threshold": -1}, r"sam_spec\.threshold must be an integer >= 0 or null"),
-        ({"threshold": "auto"}, r"sam_spec\.threshold must be an integer >= 0 or null"),
-        ({"schedule": "fast"}, r'sam_spec\.schedule must be "auto" or a list'),
-        ({"schedule": 4}, r"sam_spec\.schedule must be a list of \[max_batch, k\] pairs"),
+        ({"switch": 2.5}, r"sam_spec\.switch must be .*got 2\.5"),
         ({"long_match": 0}, r"sam_spec: DraftConfig\.long_match must be in \[1, 16\]"),
         ({"log_interval_s": -1}, r"sam_spec\.log_interval_s must be a number >= 0"),
         ({"k": 3}, r"sam_spec\.k is not a setting: k is speculative_config\.num_speculative_tokens"),
@@ -124,8 +106,8 @@ def test_an_unknown_key_fails_with_the_known_ones():
 
 
 def test_a_bad_setting_fails_where_the_engine_reads_it():
-    kw = sam_engine_kwargs(3, threshold=-1)
-    with pytest.raises(ValueError, match=r"additional_config.sam_spec.threshold must be an integer >= 0"):
+    kw = sam_engine_kwargs(3, switch=-1)
+    with pytest.raises(ValueError, match=r"additional_config.sam_spec.switch must be an integer >= 0"):
         SamSettings.from_vllm_config(_VllmConfig(kw))
     with pytest.raises(ValueError, match=r"num_speculative_tokens must be an integer >= 1, got 2.5"):
         check_sam_engine_kwargs(sam_engine_kwargs(2.5))
@@ -156,7 +138,7 @@ def test_the_sam_method_arguments_pass_vllm_034s_own_schedule_checks():
     dynamic = types.ModuleType("vllm034_dynamic_sd")
     exec(compile(source, "vllm/v1/spec_decode/dynamic/utils.py", "exec"), dynamic.__dict__)
     max_num_seqs = 64
-    for switch in (8, 0, None, "always", [[2, 4], [16, 1]], [[2, 0], [8, 4]]):
+    for switch in (8, 0, None, [[2, 4], [16, 1]], [[2, 0], [8, 4]]):
         kw = sam_method_engine_kwargs(4, max_num_seqs, switch=switch, group_aware=False)
         spec = kw["speculative_config"]
         assert (spec["method"], spec["num_speculative_tokens"]) == ("sam", 4)
@@ -168,5 +150,5 @@ def test_the_sam_method_arguments_pass_vllm_034s_own_schedule_checks():
         assert lookup[1:] == [k_for_batch(settings.fixed_schedule(max_num_seqs), b) for b in range(1, 65)]
     with pytest.raises(ValueError, match='switch="auto" is not supported'):
         sam_method_engine_kwargs(4, max_num_seqs, switch="auto")
-    with pytest.raises(ValueError, match="sam_spec.threshold must be an integer >= 0"):
-        sam_method_engine_kwargs(4, max_num_seqs, threshold=-1)
+    with pytest.raises(ValueError, match="sam_spec.switch must be an integer >= 0"):
+        sam_method_engine_kwargs(4, max_num_seqs, switch=-1)

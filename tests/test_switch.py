@@ -1,5 +1,5 @@
 """sam_rollout.drafter.switch (schedules) and its wiring into sam_rollout.settings / sam_rollout.stepper
-(additional_config.sam_spec.schedule). The cost model that derives schedules: tests/test_cost_model.py."""
+(additional_config.sam_spec.switch). The cost model that derives schedules: tests/test_cost_model.py."""
 
 from __future__ import annotations
 
@@ -37,8 +37,8 @@ def test_k_for_batch_picks_first_pair_covering_the_batch():
     ],
 )
 def test_validate_schedule_errors(raw, fragment):
-    with pytest.raises(ValueError, match="sam_spec.schedule") as e:
-        validate_schedule(raw, max_k=3, where="additional_config.sam_spec.schedule")
+    with pytest.raises(ValueError, match="sam_spec.switch") as e:
+        validate_schedule(raw, max_k=3, where="additional_config.sam_spec.switch")
     assert fragment in str(e.value)
 
 
@@ -54,19 +54,14 @@ def test_threshold_is_a_one_pair_schedule():
 def test_settings_schedule_is_validated_with_a_clear_error():
     S = SamSettings
     assert S.from_mapping(3, {"switch": [[4, 3], [16, 1]]}).switch == ((4, 3), (16, 1))
-    assert S.from_mapping(3, {"schedule": [[4, 3], [16, 1]], "threshold": None}).switch == ((4, 3), (16, 1))
-    with pytest.raises(ValueError, match=r"additional_config\.sam_spec\.schedule\[0\]: k must be"):
-        S.from_mapping(3, {"schedule": [[4, 5]], "threshold": None})
+    with pytest.raises(ValueError, match=r"additional_config\.sam_spec\.switch\[0\]: k must be"):
+        S.from_mapping(3, {"switch": [[4, 5]]})
     with pytest.raises(ValueError, match=r"additional_config\.sam_spec\.switch\[1\]: max_batch must increase"):
         S.from_mapping(3, {"switch": [[4, 3], [4, 1]]})
-    with pytest.raises(ValueError, match="threshold=8 and schedule=.* both set when to speculate"):
-        S.from_mapping(3, {"schedule": [[4, 3]], "threshold": 8})
-    # schedule given alone: the default threshold is not in the way
-    assert S.from_mapping(3, {"schedule": [[4, 3]]}).switch == ((4, 3),)
 
 
 def test_stepper_follows_the_schedule_per_step():
-    st = SamStepper(SamSettings.from_mapping(3, {"schedule": [[1, 3], [2, 1]]}), max_model_len=64)
+    st = SamStepper(SamSettings.from_mapping(3, {"switch": [[1, 3], [2, 1]]}), max_model_len=64)
     period = [5, 6, 7, 8, 9]
     rows = np.zeros((3, 64), dtype=np.int32)
     lengths = np.zeros(3, dtype=np.int32)
@@ -84,8 +79,8 @@ def test_stepper_follows_the_schedule_per_step():
     assert st.switch.choose_k(1) == 3 and st.switch.choose_k(2) == 1 and st.switch.choose_k(3) == 0
 
 
-@pytest.mark.parametrize("key", ["switch", "threshold"])
-def test_a_threshold_is_the_schedule_up_to_it(key):
+def test_a_threshold_is_the_schedule_up_to_it():
+    key = "switch"
     st = SamStepper(SamSettings.from_mapping(3, {key: 8}), max_model_len=64)
     assert [st.switch.choose_k(n) for n in (1, 8, 9)] == [3, 3, 0]
     st = SamStepper(SamSettings.from_mapping(3, {key: None}), max_model_len=64)

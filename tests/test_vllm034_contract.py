@@ -393,7 +393,7 @@ def _stream(prompt, rng, length=60):
     return out
 
 
-@pytest.mark.parametrize("sam_spec", [{"threshold": None}, {"threshold": 2}, {"threshold": None, "group_aware": False}])
+@pytest.mark.parametrize("sam_spec", [{"switch": None}, {"switch": 2}, {"switch": None, "group_aware": False}])
 def test_drafts_identical_to_custom_class_on_the_same_streams(wheel, monkeypatch, sam_spec):
     input_batch_cls = _load(wheel, "vllm/v1/worker/gpu/input_batch.py", "vllm034_input_batch", monkeypatch).InputBatch
     from sam_rollout.proposer import SamProposer
@@ -467,7 +467,7 @@ def test_drafts_identical_to_custom_class_on_the_same_streams(wheel, monkeypatch
             last = int(v2.req_states.all_token_ids.gpu[v2.slot[r], int(v2.req_states.total_len.gpu[v2.slot[r]]) - 1])
             assert dense[i, n_valid:].tolist() == [last] * (K - n_valid)  # the filler
             assert n_valid <= k_step
-            if sam_spec["threshold"] is not None and len(live) > sam_spec["threshold"]:
+            if sam_spec["switch"] is not None and len(live) > sam_spec["switch"]:
                 assert n_valid == 0
             drafts[r] = by_id[r]
             compared += n_valid
@@ -475,7 +475,7 @@ def test_drafts_identical_to_custom_class_on_the_same_streams(wheel, monkeypatch
             assert len(route.stepper.drafter) == len(live) and all(r in route.stepper.drafter for r in live)
     speculator.on_requests_finished(set(live))
     assert len(speculator.stepper.drafter) == 0
-    if sam_spec["threshold"] is None:
+    if sam_spec["switch"] is None:
         assert compared > 40  # the routes drafted, not just agreed on nothing
     assert speculator.metrics.num_drafts == proposer.metrics.num_drafts
 

@@ -2,7 +2,7 @@
 
     LLM(model, speculative_config={"method": "custom_class", "model": "sam_rollout.proposer.SamProposer",
                                    "num_speculative_tokens": 3},
-        additional_config={"sam_spec": {"threshold": 8}})
+        additional_config={"sam_spec": {"switch": 8}})
 
 (``sam_rollout.proposer.SamProposer`` is the public path; this module is where it lives.) vLLM builds it
 as ``SamProposer(vllm_config)`` inside the model runner and calls ``propose`` once per step, after
