@@ -7,8 +7,8 @@ install function, which lives in its own module and is imported only when the pa
 package without installing it) with ``"vllm"``, and by the verl plugin with ``"verl"``; it applies the
 patches that fit this process and logs once which were applied or skipped, and why.
 
-Env switch, one scheme: ``SAM_PATCH_<NAME>=0`` turns a patch off, ``=1`` turns an opt-in patch on.
-Older names (``SAM_CPU_SAMPLER_FIX``, ...) are honoured as aliases. Mark, one scheme: a replacement
+Env switch, one scheme: ``SAM_PATCH_<NAME>=0`` turns a patch off, ``=1`` turns an opt-in patch on; a
+removed name (``SAM_CPU_SAMPLER_FIX``, ...) set in the environment is refused. Mark, one scheme: a replacement
 carries ``__sam_patch__`` (the names of the patches in its chain; ``replace`` sets it), so applying
 twice patches once. The table with the reasons: docs/patches.md.
 
@@ -50,7 +50,6 @@ class Patch:
     when_imported: str | None = None  # install right after this module's first import (now if imported)
     default_on: bool = True  # False: opt-in, SAM_PATCH_<NAME>=1
     requires_env: tuple[str, str] | None = None  # (name, value) the process must also have
-    aliases: tuple[str, ...] = ()  # older env switches, still honoured
 
     @property
     def env(self) -> str:
@@ -110,7 +109,6 @@ PATCHES: tuple[Patch, ...] = (
         platforms=ALL_PLATFORMS,
         install="sam_rollout.vllm.undrafted_steps:install",
         where="vllm",
-        aliases=("SAM_UNDRAFTED_STEPS",),
     ),
     Patch(
         name="cpu_sampler_fix",
@@ -120,7 +118,6 @@ PATCHES: tuple[Patch, ...] = (
         platforms=frozenset({CPU}),
         install="sam_rollout.vllm.cpu_sampler_fix:install",
         where="vllm",
-        aliases=("SAM_CPU_SAMPLER_FIX",),
     ),
     Patch(
         name="cpu_drafted_rows",
@@ -130,7 +127,6 @@ PATCHES: tuple[Patch, ...] = (
         platforms=frozenset({CPU}),
         install="sam_rollout.vllm.cpu_drafted_rows:install",
         where="vllm",
-        aliases=("SAM_CPU_DRAFTED_ROWS",),
     ),
     Patch(
         name="cpu_keep_linear_weights",
@@ -200,11 +196,13 @@ PATCHES: tuple[Patch, ...] = (
         install="sam_rollout.verl.runtime.weight_checksums:apply",
         where="verl",
         default_on=False,
-        aliases=("SAM_WEIGHT_CHECKSUMS",),
     ),
 )
 
 BY_NAME: dict[str, Patch] = {p.name: p for p in PATCHES}
+# env switches of the patches before SAM_PATCH_<NAME>: not read, and refused when set so that a setting is not lost
+REMOVED_ENV = {"SAM_UNDRAFTED_STEPS": "undrafted_steps", "SAM_CPU_SAMPLER_FIX": "cpu_sampler_fix",
+               "SAM_CPU_DRAFTED_ROWS": "cpu_drafted_rows", "SAM_WEIGHT_CHECKSUMS": "weight_checksums"}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -214,12 +212,17 @@ class Decision:
     reason: str
 
 
-def switch(patch: Patch, environ: Mapping[str, str]) -> tuple[str, str] | None:
-    """The (variable, value) of the first of the patch's env switches that is set, or None."""
-    for name in (patch.env, *patch.aliases):
-        if environ.get(name) is not None:
-            return name, environ[name].strip()
-    return None
+def switch(patch: Patch, environ: Mapping[str, str]) -> str | None:
+    """The value of the patch's env switch, or None if it is not set."""
+    value = environ.get(patch.env)
+    return None if value is None else value.strip()
+
+
+def check_removed_env(environ: Mapping[str, str]) -> None:
+    """Raise ValueError naming the current variable if a removed env switch is set."""
+    for old, name in REMOVED_ENV.items():
+        if old in environ:
+            raise ValueError(f"{old} is not read; set {BY_NAME[name].env}={environ[old]} instead (docs/patches.md)")
 
 
 def in_range(version: str | None, versions: str) -> bool:
@@ -241,9 +244,9 @@ def decide(patch: Patch, version: str | None, platform: Callable[[], str], envir
     """Whether `patch` applies in a process with this engine version, platform (asked only when the
     answer depends on it) and environment, and why."""
     flag = switch(patch, environ)
-    if flag is not None and flag[1] == "0":
-        return Decision(patch, False, f"{flag[0]}=0")
-    if not patch.default_on and (flag is None or flag[1] != "1"):
+    if flag == "0":
+        return Decision(patch, False, f"{patch.env}=0")
+    if not patch.default_on and flag != "1":
         return Decision(patch, False, f"opt-in: {patch.env}=1")
     if version is None:
         return Decision(patch, False, f"{patch.engine} not installed")
@@ -287,6 +290,7 @@ _decisions: dict[str, list[Decision]] = {}  # per `where`: decided and logged on
 def decisions(where: str) -> list[Decision]:
     """This process's decisions for the patches a plugin applies (decided on the first call)."""
     if where not in _decisions:
+        check_removed_env(os.environ)
         platform = functools.cache(_function(PLATFORM_OF[where]))  # asked at most once
         _decisions[where] = [
             decide(p, installed_version(p.engine), platform, os.environ) for p in PATCHES if p.where == where

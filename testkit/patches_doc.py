@@ -24,9 +24,7 @@ COMMAND = "python -m testkit.patches_doc"
 
 
 def switch_cell(patch: Patch) -> str:
-    value = "0" if patch.default_on else "1"
-    notes = ([] if patch.default_on else ["opt-in"]) + [f"also `{alias}`" for alias in patch.aliases]
-    return f"`{patch.env}={value}`" + (f" ({'; '.join(notes)})" if notes else "")
+    return f"`{patch.env}=0`" if patch.default_on else f"`{patch.env}=1` (opt-in)"
 
 
 def platforms_cell(patch: Patch) -> str:

