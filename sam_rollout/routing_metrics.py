@@ -4,7 +4,10 @@ Both arms of an A/B report them: the SAM arm's prompt-affinity router and the ba
 routes as verl's default does and only measures. Each metric's numerator counts a subset of what its
 denominator counts (docs/metrics.md defines each in one line):
 
-- ``rollout/requests``: requests routed in the step (a DAPO step with refills routes several batches);
+- ``rollout/requests``: requests routed in the step (a DAPO step with refills routes several batches),
+  and ``rollout/route_continued_requests``, those that continued a trajectory (a later turn, a resumed
+  partial rollout: same request id, a prompt extending its first one), which count in no other metric
+  as requests of their prompt;
 - ``rollout/route_group_colocation``: for each request that started while siblings of its group were in
   flight, the share of those siblings on its own replica, averaged (1.0: every group on one engine);
 - ``rollout/route_revisit_requests`` and ``rollout/route_revisit_store_share``: requests of a prompt
@@ -26,6 +29,7 @@ from typing import Any
 
 COUNTERS = (
     "requests",
+    "continued_requests",
     "keyed_requests",
     "sibling_observations",
     "colocated_share_sum",
@@ -73,6 +77,7 @@ class RoutingStepTracker:
         replicas = max(len(per_server), 1)
         out = {
             "rollout/requests": d["requests"],
+            "rollout/route_continued_requests": d["continued_requests"],
             "rollout/route_revisit_requests": d["revisit_requests"],
             "rollout/route_overflowed_groups": d["overflowed_groups"],
             "rollout/route_replicas": float(len(per_server)),

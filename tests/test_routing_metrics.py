@@ -50,6 +50,13 @@ def test_a_step_reports_the_difference_since_the_last_step():
     assert second["rollout/route_requests_max_over_mean"] == 1.0
 
 
+def test_continuations_are_reported_beside_the_requests_they_count_in():
+    tracker = RoutingStepTracker()
+    tracker.step_metrics(snapshot(12, {"a": 12}, continued_requests=8, keyed_requests=4))
+    step = tracker.step_metrics(snapshot(30, {"a": 30}, continued_requests=20, keyed_requests=10))
+    assert step["rollout/requests"] == 18 and step["rollout/route_continued_requests"] == 12  # 6 trajectories
+
+
 def test_a_restarted_router_counts_from_zero():
     tracker = RoutingStepTracker()
     tracker.step_metrics(snapshot(100, {"a": 100}))

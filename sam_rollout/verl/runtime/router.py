@@ -18,6 +18,13 @@ least-loaded replica, which spreads a group over the replicas and sends a revisi
 - the batch being routed is expected to hold as many requests as the last busy period's peak (what the
   bound learned; saved with the router state, so a resumed router bounds as an uninterrupted one), and
   a group as many as its prompt's last visit, or as the newest group;
+- a trajectory is one request of its prompt: verl sends every turn of a multi-turn trajectory, and
+  every resume of an aborted partial rollout, under the trajectory's request id with a prompt that
+  extends the first one (prompt + responses so far + tool outputs). Such an acquire continues the
+  trajectory: it keeps the first prompt's key (and its replica: verl's stickiness, or the key's route
+  after verl cleared it) and counts neither as a new request of the prompt nor as a revisit. The
+  request id alone does not decide it (verl's ``full_determinism`` reuses ``det-<i>`` every step), and
+  neither does a shared prefix alone (prompts share a system prompt): both must hold;
 - verl's own behaviour is kept (a subclass of its ``GlobalRequestLoadBalancer``): stickiness per
   request id, elastic ``add_servers``/``remove_servers``, status and in-flight accounting.
 
@@ -69,6 +76,9 @@ COST_AVERAGING = 1 / 64  # weight of each released request in the running mean r
 # one replica: at most one group above the bound (benchmarks/routing.py: 1 group costs 2-7 points of
 # store share at 32B and 235B against 2 groups, and keeps 8 groups of 8 after a 64 x 8 batch within 1.5)
 GROUP_SLACK = 1
+# trajectories remembered (LRU, each refreshed by its turns) to recognise their next turn: above the
+# requests of a rollout batch (verl's own sticky cache holds 10,000), about 250 bytes each
+TRAJECTORY_MEMORY = 100_000
 
 
 @dataclass(frozen=True)
@@ -189,21 +199,33 @@ class _Group:
 
 
 @dataclass
+class _Trajectory:
+    """What a request id's first acquire carried: its prompt's key and length, and the visit it joined."""
+
+    key: bytes
+    prompt_length: int
+    group: _Group
+
+
+@dataclass
 class _Flight:
-    """A request in flight: its prompt (None: it carried none), replica, weight, and start time."""
+    """A request in flight: its prompt (None: it carried none), replica, weight, start time, and the
+    visit whose in-flight requests it counts in (None: none, e.g. a continuation after its visit ended)."""
 
     key: bytes | None
     server: str
     cost: float
     started: float
+    group: _Group | None = None
 
 
 @dataclass
 class RoutingCounters:
     """Cumulative since the balancer started; ``routing_stats`` reports them (docs/metrics.md)."""
 
-    requests: int = 0  # acquires (a multi-turn request counts each turn)
-    keyed_requests: int = 0  # acquires that carried the prompt
+    requests: int = 0  # acquires (a multi-turn trajectory counts each turn)
+    continued_requests: int = 0  # of those, continuations (a later turn, a resumed partial rollout)
+    keyed_requests: int = 0  # the others that carried the prompt: one per trajectory
     sibling_observations: int = 0  # acquires that found siblings of their group in flight
     colocated_share_sum: float = 0.0  # sum over those of the share of siblings on the same replica
     revisit_requests: int = 0  # acquires of a prompt whose earlier visit ended
@@ -259,6 +281,7 @@ class SamLoadBalancer(GlobalRequestLoadBalancer):
         self._groups: dict[bytes, _Group] = {}  # prompts with requests in flight
         self._served: OrderedDict[bytes, _Memory] = OrderedDict()
         self._flights: dict[str, _Flight] = {}
+        self._trajectories: OrderedDict[str, _Trajectory] = OrderedDict()
         self._load = _Load()
         self.estimates = BoundEstimates()
         self._requests_by_server: dict[str, int] = {}
@@ -274,16 +297,21 @@ class SamLoadBalancer(GlobalRequestLoadBalancer):
 
     def acquire_server(self, request_id: str, prompt_ids=None, **extra) -> tuple[str, Any]:
         now = self._advance_clock()
-        key = None if prompt_ids is None else prompt_key(np.asarray(prompt_ids, dtype=np.int32))
+        ids = None if prompt_ids is None else np.asarray(prompt_ids, dtype=np.int32)
+        trajectory = self._continued(request_id, ids)
+        key = trajectory.key if trajectory is not None else None if ids is None else prompt_key(ids)
         sticky = self._request_id_to_server.get(request_id)
         if self.settings.policy == LEAST_LOADED or key is None or sticky in self._inflight_requests:
             server_id, handle = super().acquire_server(request_id)
-        else:
-            server_id = self._choose(key)
+        else:  # a continuation whose stickiness verl cleared goes where its prompt's key leads
+            server_id = self._choose(key, placing_group=trajectory is None)
             self._request_id_to_server[request_id] = server_id
             self._inflight_requests[server_id] += 1
             handle = self._servers[server_id]
-        self._observe_start(request_id, key, server_id, now)
+        if trajectory is not None:
+            self._observe_continuation(request_id, trajectory, server_id, now)
+        else:
+            self._observe_start(request_id, key, server_id, now, prompt_length=0 if ids is None else len(ids))
         return server_id, handle
 
     def release_server(self, server_id: str, request_id: str | None = None) -> None:
@@ -299,7 +327,7 @@ class SamLoadBalancer(GlobalRequestLoadBalancer):
         cost = max(now - flight.started, REQUEST_COST_FLOOR_S)
         e = self.estimates
         e.request_cost += COST_AVERAGING * (cost - e.request_cost)
-        group = self._groups.get(flight.key) if flight.key is not None else None
+        group = flight.group
         if group is None:
             return
         group.released_cost += cost
@@ -449,7 +477,10 @@ class SamLoadBalancer(GlobalRequestLoadBalancer):
             self._requests_by_server.setdefault(sid, 0)
             self._load.work.setdefault(sid, 0.0)
 
-    def _choose(self, key: bytes) -> str:
+    def _choose(self, key: bytes, placing_group: bool = True) -> str:
+        """The replica for a request of this prompt: its group's while the group is in flight, else the
+        first in the prompt's order within the load bound. ``placing_group`` False: a continuation, whose
+        route off the first choice is not a group the bound passed on."""
         if not self._inflight_requests:
             raise RuntimeError("No available servers in load balancer")
         group = self._groups.get(key)
@@ -468,11 +499,11 @@ class SamLoadBalancer(GlobalRequestLoadBalancer):
             # would push a returning group off its store
             limit = batch_bound if sid in stored else bound
             if loads.get(sid, 0.0) + work <= limit * (1 + 1e-9):
-                if sid != order[0]:
-                    self.counters.overflowed_groups += 1
-                return sid
-        chosen = min(order, key=lambda sid: loads.get(sid, 0.0))  # ring order breaks ties
-        if chosen != order[0]:
+                chosen = sid
+                break
+        else:
+            chosen = min(order, key=lambda sid: loads.get(sid, 0.0))  # ring order breaks ties
+        if chosen != order[0] and placing_group:
             self.counters.overflowed_groups += 1
         return chosen
 
@@ -507,20 +538,53 @@ class SamLoadBalancer(GlobalRequestLoadBalancer):
         first = sorted((sid for sid in order if sid in served), key=lambda sid: (-served[sid], rank[sid]))
         return first + [sid for sid in order if sid not in served]
 
-    def _observe_start(self, request_id: str, key: bytes | None, server_id: str, now: float) -> None:
-        c = self.counters
-        c.requests += 1
+    def _continued(self, request_id: str, ids: np.ndarray | None) -> _Trajectory | None:
+        """The trajectory this acquire continues: its request id's first acquire carried a prompt that
+        this one's starts with, and this one is longer (a later turn, a resume with tokens) or that
+        visit is still in flight (a resume before any token). Else None: a request of its own prompt."""
+        trajectory = self._trajectories.get(request_id)
+        if trajectory is None or ids is None or len(ids) < trajectory.prompt_length:
+            return None
+        in_flight = self._groups.get(trajectory.key) is trajectory.group
+        if len(ids) == trajectory.prompt_length and not in_flight:
+            return None
+        if prompt_key(ids[: trajectory.prompt_length]) != trajectory.key:
+            return None
+        self._trajectories.move_to_end(request_id)
+        return trajectory
+
+    def _start_flight(self, request_id: str, key: bytes | None, server_id: str, now: float) -> _Flight:
+        """Count an acquire on its replica and weigh it in the replica's in-flight work."""
+        self.counters.requests += 1
         self._requests_by_server[server_id] = self._requests_by_server.get(server_id, 0) + 1
         memory = self._served.get(key) if key is not None else None
         cost = memory.request_cost if memory is not None else self.estimates.request_cost
         old = self._flights.pop(request_id, None)  # a sticky request's earlier turn still in flight
         if old is not None and old.server in self._load.work:
             self._load.work[old.server] = max(0.0, self._load.work[old.server] - old.cost)
-        self._flights[request_id] = _Flight(key, server_id, cost, now)
+        flight = self._flights[request_id] = _Flight(key, server_id, cost, now)
         self._load.work[server_id] = self._load.work.get(server_id, 0.0) + cost
         self._load.burst_requests = max(self._load.burst_requests, self.get_total_inflight())
+        return flight
+
+    def _observe_continuation(self, request_id: str, trajectory: _Trajectory, server_id: str, now: float) -> None:
+        """A later turn or a resume: in flight with its visit while that visit is, never a new request
+        of its prompt, a sibling observation or a revisit."""
+        flight = self._start_flight(request_id, trajectory.key, server_id, now)
+        self.counters.continued_requests += 1
+        group = trajectory.group
+        if self._groups.get(trajectory.key) is group:
+            group.on_server[server_id] = group.on_server.get(server_id, 0) + 1
+            flight.group = group
+
+    def _observe_start(
+        self, request_id: str, key: bytes | None, server_id: str, now: float, prompt_length: int
+    ) -> None:
+        flight = self._start_flight(request_id, key, server_id, now)
         if key is None:
             return
+        c = self.counters
+        memory = self._served.get(key)
         c.keyed_requests += 1
         group = self._groups.get(key)
         if group is None:  # a new visit of this prompt
@@ -536,8 +600,13 @@ class SamLoadBalancer(GlobalRequestLoadBalancer):
             c.revisit_store_share_sum += group.earlier.get(server_id, 0) / last_visit
         group.on_server[server_id] = group.on_server.get(server_id, 0) + 1
         group.placed[server_id] = group.placed.get(server_id, 0) + 1
+        flight.group = group
         if key == self._load.newest_group:
             self.estimates.group_size = sum(group.placed.values())
+        self._trajectories.pop(request_id, None)
+        self._trajectories[request_id] = _Trajectory(key, prompt_length, group)
+        while len(self._trajectories) > TRAJECTORY_MEMORY:
+            self._trajectories.popitem(last=False)
 
     def _end_burst(self) -> None:
         """Every replica idle: the busy period's peak is the next batch's expected size."""
