@@ -101,7 +101,7 @@ def request_bound_class():
             total = max(self.get_total_inflight() + size, self.last_burst_peak)
             return math.ceil(self.settings.load_bound * total / len(self._inflight_requests) - 1e-9), size
 
-        def _choose(self, key):
+        def _choose(self, key, placing_group=True):  # placing_group: the work bound's overflow counter
             group = self._groups.get(key)
             if group is not None:
                 live = [sid for sid in group.on_server if sid in self._inflight_requests]
@@ -129,6 +129,47 @@ def make_balancer(kind: str, servers: dict, clock: Clock):
     lb = SamLoadBalancer(dict(servers), {"policy": kind}, clock=clock)
     lb.set_ring_names({sid: f"rollout_{i}" for i, sid in enumerate(servers)})
     return lb
+
+
+# the cluster simulator's routings that run a real balancer here: {its name: make_balancer's kind}
+SIMULATOR_ROUTINGS = {"work_bound": "prompt_affinity", "request_bound": "request_bound"}
+
+
+def place_batches(kind: str, replicas: int, batches, seed: int = 0) -> list[dict]:
+    """Drive balancer ``kind`` through synchronous rollout steps (a step's requests all acquire, then each
+    releases when its seconds have passed; the next step starts once all have). ``batches``: per step, its
+    groups in arrival order, each (prompt id, seconds per request). Returns per step ``where`` (per group,
+    the replica index of each request) and ``store_share`` (over requests of prompts seen before, the
+    share of the prompt's last visit on the request's replica; None when none returns)."""
+    servers = {f"10.0.0.{i}:8000": i for i in range(replicas)}
+    clock = Clock()
+    lb = make_balancer(kind, servers, clock)
+    rng = np.random.default_rng(seed)
+    random.seed(seed)  # verl's default breaks ties with the module's random
+    tokens: dict = {}  # prompt id -> its token ids (the balancer keys on them)
+    last_visit: dict = {}  # prompt id -> replica index per request of its last visit
+    out = []
+    for step in batches:
+        where, shares, events = [], [], []
+        for prompt, seconds in step:
+            ids = tokens.setdefault(prompt, rng.integers(0, 150_000, size=int(rng.integers(64, 512))).tolist())
+            placed = []
+            for j, s in enumerate(seconds):
+                clock.now += ARRIVAL_GAP_S
+                rid = f"{len(out)}-{prompt}-{j}"
+                sid, _ = lb.acquire_server(request_id=rid, prompt_ids=ids)
+                placed.append(servers[sid])
+                events.append((clock.now + float(s), rid, sid))
+            if prompt in last_visit:
+                before = last_visit[prompt]
+                shares += [before.count(r) / len(before) for r in placed]
+            where.append(np.array(placed, dtype=np.int64))
+        for t, rid, sid in sorted(events):
+            clock.now = t
+            lb.release_server(sid, request_id=rid)
+        last_visit.update({prompt: w.tolist() for (prompt, _), w in zip(step, where)})
+        out.append({"where": where, "store_share": float(np.mean(shares)) if shares else None})
+    return out
 
 
 class LoadIntegral:

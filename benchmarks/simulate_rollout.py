@@ -21,6 +21,9 @@ recipes) at R replicas, first and later epochs: no speculation, SAM (``auto``) w
 routing and with prompt affinity. The acceptance under each routing comes from the replay
 (``benchmarks.simulator.routed_acceptance``, about 2 minutes), kept in
 benchmarks/results/simulate_cluster_acceptance_<traces>_k3.json and reused unless ``--replay``.
+``--cluster-bounds`` (needs verl: ``.venv-verl/bin/python``) adds prompt affinity by the real balancer
+at each recipe's replica count, its work bound and the request-count bound it had before
+(``benchmarks.routing``), replayed and placed step by step; their profiles join the same file.
 
 Every scenario reports how much of the offline-derived schedule's reduction ``auto`` (the online switch,
 which knows neither the cost nor the acceptance) recovers.
@@ -50,6 +53,7 @@ from benchmarks.simulator import (
     ANCHOR_CSV,
     MOE_ANCHOR_CSV,
     QWEN3_32B,
+    ROUTER_ROUTINGS,
     AcceptanceProfile,
     ClusterScale,
     CostGrid,
@@ -159,6 +163,11 @@ def parse_args(argv=None):
         help="--cluster: host ms per SAM step that async scheduling would hide (vLLM turns it off with SAM)",
     )
     p.add_argument("--cluster-seeds", type=int, default=4, help="--cluster: length draws per case")
+    p.add_argument(
+        "--cluster-bounds",
+        action="store_true",
+        help="--cluster: also the real balancer's work and request-count bounds at the recipes' replicas (verl)",
+    )
     today = time.strftime("%Y-%m-%d")
     p.add_argument("--out", default=str(ROOT / f"results/rollout_simulation_{today}.json"))
     p.add_argument("--png", default=str(ROOT / f"results/rollout_simulation_{today}.png"))
@@ -372,20 +381,36 @@ def recipe_setups() -> dict:
     return out
 
 
-def routed_acceptance_profiles(args, replicas) -> tuple[str, dict]:
+def routed_acceptance_profiles(args, replicas, bound_replicas=()) -> tuple[str, dict]:
     """The routed replay (profiles, and the traces' length correlation within a prompt): read from its
-    JSON, or replayed (and written) when missing or asked."""
+    JSON, or replayed (and written) when missing or asked; the real balancer's bounds at
+    ``bound_replicas`` replayed when missing and added to the file."""
     trace_set = Path(args.cluster_traces).stem if args.cluster_traces.endswith(".npz") else args.cluster_traces
     k = args.cluster_k
     path = ROOT / f"benchmarks/results/simulate_cluster_acceptance_{trace_set}_k{k}.json"
     if path.exists() and not args.replay:
         data = json.loads(path.read_text())
         if all(f"affinity/R{r}/later" in data["profiles"] for r in replicas) and "log_length_icc" in data:
+            missing = [
+                r for r in bound_replicas if any(f"{b}/R{r}/later" not in data["profiles"] for b in ROUTER_ROUTINGS)
+            ]
+            if missing:
+                print(
+                    f"routed replay of {args.cluster_traces}, the balancer's bounds at replicas {missing}:", flush=True
+                )
+                t0 = time.time()
+                _, groups = load_trace_set(args.cluster_traces)
+                data["profiles"].update(routed_profiles(groups, missing, k, routings=ROUTER_ROUTINGS))
+                data["bounds_replayed"] = dict(date=time.strftime("%Y-%m-%d"), seconds=round(time.time() - t0, 1))
+                path.write_text(json.dumps(data, indent=1))
+                print(f"wrote {path}")
             return str(path.relative_to(ROOT)), data
     print(f"routed replay of {args.cluster_traces} at replicas {replicas}:", flush=True)
     t0 = time.time()
     name, groups = load_trace_set(args.cluster_traces)
     profiles = routed_profiles(groups, replicas, k)
+    if bound_replicas:
+        profiles.update(routed_profiles(groups, bound_replicas, k, routings=ROUTER_ROUTINGS))
     data = dict(
         date=time.strftime("%Y-%m-%d"),
         trace_set=name,
@@ -414,7 +439,8 @@ def cluster_main(args):
     moe_table = moe_cost_table(args, rates)
     setups = recipe_setups()
     replicas = sorted(set(args.cluster_replicas) | {setup.replicas for setup, _ in setups.values()})
-    source, replayed = routed_acceptance_profiles(args, replicas)
+    bound_replicas = sorted({setup.replicas for setup, _ in setups.values()}) if args.cluster_bounds else []
+    source, replayed = routed_acceptance_profiles(args, replicas, bound_replicas)
     profiles = replayed["profiles"]
     costs = {  # (step cost, roofline for the prefill estimate)
         SETUP_32B["name"]: (anchor, DenseRooflineCost(rates, QWEN3_32B)),
@@ -435,9 +461,9 @@ def cluster_main(args):
     median, sigma = BASE_LENGTHS["median"], BASE_LENGTHS["sigma"]
     group_size = {s.setup.name: s.group_size for s in scales}
 
-    def lengths(setup, seed, corr):
+    def lengths(setup, seed, corr, visit=0):
         n = group_size[setup.name]
-        return grouped_lognormal_lengths(setup.requests // n, n, median, sigma, setup.max_response, corr, seed)
+        return grouped_lognormal_lengths(setup.requests // n, n, median, sigma, setup.max_response, corr, seed, visit)
 
     run = (args.cluster_seeds, args.cluster_k, args.cluster_overhead_ms, args.min_steps)
     result = run_cluster(scales, profiles, lengths, *run)

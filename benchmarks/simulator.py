@@ -650,14 +650,24 @@ class RolloutSetup:
 
 
 def grouped_lognormal_lengths(
-    prompts: int, group_size: int, median: float, sigma: float, max_len: int, corr: float, seed: int = 0
+    prompts: int,
+    group_size: int,
+    median: float,
+    sigma: float,
+    max_len: int,
+    corr: float,
+    seed: int = 0,
+    visit: int = 0,
 ) -> np.ndarray:
     """``testkit.data.lognormal_lengths`` in prompt order, with ``corr`` of the log-length variance shared by a
-    prompt's samples (a hard prompt draws long answers from all of them); corr 0: independent."""
+    prompt's samples (a hard prompt draws long answers from all of them); corr 0: independent. ``visit``:
+    the same prompts' samples at another visit (the prompt's share drawn once, the samples' own anew)."""
     if not 0.0 <= corr <= 1.0:
         raise ValueError(f"length correlation must be in [0, 1], got {corr}")
     rng = np.random.default_rng(seed)
     shared = np.repeat(rng.standard_normal(prompts), group_size)
+    for _ in range(visit):
+        rng.standard_normal(prompts * group_size)
     own = rng.standard_normal(prompts * group_size)
     x = np.exp(np.log(median) + sigma * (math.sqrt(corr) * shared + math.sqrt(1.0 - corr) * own))
     return np.clip(np.round(x), 1, max_len).astype(np.float64)
@@ -832,6 +842,11 @@ def summary_row(r: dict) -> dict:
 # replayed on the drafter its routing picks.
 
 ROUTINGS = ("default", "affinity")
+# prompt affinity by the real balancer (``benchmarks.routing.place_batches``; needs verl): ours as it is
+# (the work bound), and the request-count bound it had before
+ROUTER_ROUTINGS = ("work_bound", "request_bound")
+ROUTER_SECONDS_PER_TOKEN = 0.03  # a request's seconds in flight per response token, as the balancer times it
+ROUTER_BATCHES_PER_EPOCH = 4  # the dataset the balancer routes before the priced step: 4 steps' prompts
 EPOCHS = ("first", "later")
 AGENT_LOOP_WORKERS = 8  # verl 0.9.1 ``rollout.agent.num_workers`` default
 FIRST_EPOCH_HISTORY = 1 << 21  # the same-run replay's "group + history": holds the whole trace set
@@ -870,6 +885,67 @@ def prompt_affinity_map(prompts: int, replicas: int, rng) -> np.ndarray:
     out = np.empty(prompts, dtype=np.int64)
     out[rng.permutation(prompts)] = np.arange(prompts) % replicas
     return out
+
+
+def router_steps(routing: str, replicas: int, steps, seed: int = 0) -> list[dict]:
+    """The real balancer of ``routing`` (one of ROUTER_ROUTINGS) through synchronous rollout steps, each a
+    list of (prompt id, response lengths in tokens) in arrival order; per step ``where`` ({prompt id:
+    replica per response}), ``order`` (prompt ids as they arrived) and ``store_share``."""
+    from benchmarks.routing import SIMULATOR_ROUTINGS, place_batches
+
+    if routing not in ROUTER_ROUTINGS:
+        raise ValueError(f"routing must be one of {ROUTER_ROUTINGS}, got {routing!r}")
+    batches = [[(p, np.asarray(n, dtype=np.float64) * ROUTER_SECONDS_PER_TOKEN) for p, n in step] for step in steps]
+    placed = place_batches(SIMULATOR_ROUTINGS[routing], replicas, batches, seed)
+    return [
+        {"where": dict(zip((p for p, _ in step), out["where"])), "order": [p for p, _ in step],
+         "store_share": out["store_share"]}
+        for step, out in zip(steps, placed)
+    ]  # fmt: skip
+
+
+def router_visits(routing: str, visits, replicas: int, rng) -> list[dict]:
+    """``router_steps`` with each visit (groups of responses, prompt order) one step, its groups arriving in
+    a random order; ``where`` per group in prompt order."""
+    steps = [[(g, [len(r) for r in group]) for g in rng.permutation(len(v)).tolist() for group in [v[g]]]
+             for v in visits]  # fmt: skip
+    out = router_steps(routing, replicas, steps, int(rng.integers(1 << 31)))
+    return [dict(o, where=[o["where"][g] for g in range(len(v))]) for o, v in zip(out, visits)]
+
+
+def router_step_placements(routing: str, replicas: int, group_size: int, visit_lengths, seed: int = 0) -> dict:
+    """Where the real balancer puts one rollout step's requests, first and later epoch. The dataset is
+    ROUTER_BATCHES_PER_EPOCH sets of the step's prompt count; ``visit_lengths(set, visit)``: a set's response
+    lengths (prompt order) at its first (0) or second (1) visit; set 0 at visit 0 is the priced step. Epoch
+    one routes every prompt in a random order, set 0's at their visit 1 (their earlier visit); epoch two
+    the other sets, then set 0. Returns "first": the placement of epoch one's last step (new prompts,
+    the balancer warmed), "later": set 0's in epoch two, per request in the priced step's order, and the
+    "store_share" of that step."""
+    rng = np.random.default_rng([seed, 1])
+    prompts = len(visit_lengths(0, 0)) // group_size
+    sets = ROUTER_BATCHES_PER_EPOCH
+
+    def groups(b, visit):
+        lengths = np.asarray(visit_lengths(b, visit)).reshape(prompts, group_size)
+        return {(b, g): lengths[g] for g in range(prompts)}
+
+    epoch1 = {**groups(0, 1), **{p: n for b in range(1, sets) for p, n in groups(b, 0).items()}}
+    epoch2 = {**{p: n for b in range(1, sets) for p, n in groups(b, 1).items()}, **groups(0, 0)}
+    order1 = [list(epoch1)[i] for i in rng.permutation(len(epoch1))]
+    others = [p for p in epoch2 if p[0]]
+    order2 = [others[i] for i in rng.permutation(len(others))] + [(0, g) for g in rng.permutation(prompts).tolist()]
+    steps = [
+        [(p, epoch[p]) for p in order[i : i + prompts]]
+        for epoch, order in ((epoch1, order1), (epoch2, order2))
+        for i in range(0, len(order), prompts)
+    ]
+    out = router_steps(routing, replicas, steps, seed)
+    first, later = out[sets - 1], out[-1]
+    return {
+        "first": np.concatenate([first["where"][p] for p in first["order"]]),
+        "later": np.concatenate([later["where"][(0, g)] for g in range(prompts)]),
+        "store_share": later["store_share"],
+    }
 
 
 def route(routing: str, group_sizes: Sequence[int], replicas: int, rng, prompt_replica=None):
@@ -937,7 +1013,8 @@ def routed_acceptance(
     share_history: bool = True,
 ) -> dict:
     """Acceptance of our drafter (``DraftConfig`` defaults, group-aware) with a rollout's requests
-    spread over ``replicas`` engines by ``routing``, in the simulator's profile schema.
+    spread over ``replicas`` engines by ``routing`` (ROUTINGS, or ROUTER_ROUTINGS: the real balancer, each
+    visit one step, its requests timed by their lengths), in the simulator's profile schema.
 
     first epoch: the same-run replay (``replay``; a 2M-token history). later: the revisit proxy
     (``replay_revisits``; each group's first ``earlier`` responses are the prompt's earlier visit,
@@ -952,9 +1029,13 @@ def routed_acceptance(
     rng = np.random.default_rng(seed)
     prompt_replica = prompt_affinity_map(len(groups), replicas, rng)
     stats = ReplayStats(bin_edges=tuple(bin_edges))
+    by_router = routing in ROUTER_ROUTINGS
     if epoch == "first":
         cluster = ReplicaDrafters(replicas, DraftConfig(history_tokens=FIRST_EPOCH_HISTORY), share_history)
-        where = route(routing, [len(g.responses) for g in groups], replicas, rng, prompt_replica)
+        if by_router:
+            where = router_visits(routing, [[g.responses for g in groups]], replicas, rng)[0]["where"]
+        else:
+            where = route(routing, [len(g.responses) for g in groups], replicas, rng, prompt_replica)
         cluster.replay("first", groups, where, k, stats)
         siblings = np.concatenate([_co_located(w) for w in where])
         stored = np.zeros(0)
@@ -966,9 +1047,13 @@ def routed_acceptance(
         now = [TraceGroup(g.prompt, g.responses[earlier:]) for g in groups]
         config = DraftConfig(history_tokens=LATER_EPOCH_HISTORY, prompt_store=True)
         cluster = ReplicaDrafters(replicas, config, share_history)
-        where_before = route(routing, [len(g.responses) for g in before], replicas, rng, prompt_replica)
+        if by_router:  # the balancer times each visit's requests by their lengths
+            visits = router_visits(routing, [[g.responses for g in before], [g.responses for g in now]], replicas, rng)
+            where_before, where = (v["where"] for v in visits)
+        else:
+            where_before = route(routing, [len(g.responses) for g in before], replicas, rng, prompt_replica)
+            where = route(routing, [len(g.responses) for g in now], replicas, rng, prompt_replica)
         cluster.replay("earlier", before, where_before, k, ReplayStats(bin_edges=tuple(bin_edges)))
-        where = route(routing, [len(g.responses) for g in now], replicas, rng, prompt_replica)
         cluster.replay("current", now, where, k, stats)
         siblings = np.concatenate([_co_located(w) for w in where])
         stored = np.concatenate([[int((wb == x).sum()) for x in w] for w, wb in zip(where, where_before)])
@@ -1101,11 +1186,15 @@ def cluster_step(
     sam: Policy,
     seed: int = 0,
     prefill: float = 0.0,
+    visit_lengths=None,
 ) -> dict:
     """One rollout step at ``setup.replicas`` replicas: no speculation, and ``sam`` under each routing
     and epoch (``tables[(routing, epoch)]``: profile tables), the requests placed by that routing
     (``lengths`` in prompt order, ``group_size`` per prompt). Returns {(routing, arm): row}, arm "off"
-    or an epoch; times include ``prefill`` ms per request."""
+    or an epoch; times include ``prefill`` ms per request. A routing of ROUTER_ROUTINGS in ``tables``
+    places each epoch by the real balancer (``router_step_placements`` over ``visit_lengths``, whose
+    set 0 visit 0 is ``lengths``): its arms "off first", "off later" (no speculation so placed), the
+    epochs, and the later step's "store_share"."""
     if setup.requests % group_size or len(lengths) != setup.requests:
         raise ValueError(f"{setup.requests} requests must be {len(lengths)} lengths, whole groups of {group_size}")
     off = Policy("off", np.zeros(setup.max_num_seqs + 1, dtype=np.int64))
@@ -1118,6 +1207,17 @@ def cluster_step(
         for epoch in EPOCHS:
             row = _run_with_prefill(setup, lengths, grid, tables[(routing, epoch)], sam, seed, where, prefill)
             out[(routing, epoch)] = row
+    for routing in (r for r in ROUTER_ROUTINGS if (r, EPOCHS[0]) in tables):
+        if visit_lengths is None:
+            raise ValueError(f"routing {routing!r} needs visit_lengths (the dataset the balancer routes)")
+        placed = router_step_placements(routing, setup.replicas, group_size, visit_lengths, seed)
+        for epoch in EPOCHS:
+            t = tables[(routing, epoch)]
+            out[(routing, f"off {epoch}")] = _run_with_prefill(
+                setup, lengths, grid, t, off, seed, placed[epoch], prefill
+            )
+            out[(routing, epoch)] = _run_with_prefill(setup, lengths, grid, t, sam, seed, placed[epoch], prefill)
+        out[(routing, "later")]["store_share"] = placed["store_share"]
     return out
 
 
@@ -1158,13 +1258,15 @@ def constant_acceptance_for(
     return hi
 
 
-def routed_profiles(groups, replicas_list: Sequence[int], k: int = 3, seed: int = 0, log=print) -> dict:
+def routed_profiles(
+    groups, replicas_list: Sequence[int], k: int = 3, seed: int = 0, log=print, routings: Sequence[str] = ROUTINGS
+) -> dict:
     """``routed_acceptance`` for every routing, replica count and epoch, keyed by ``profile_key``."""
     import time
 
     out = {}
     for replicas in replicas_list:
-        for routing in ROUTINGS:
+        for routing in routings:
             for epoch in EPOCHS:
                 t0 = time.perf_counter()
                 entry = routed_acceptance(groups, replicas, routing, epoch, k, seed)
@@ -1195,19 +1297,20 @@ class ClusterScale:
     replicas: list  # replica counts to simulate (the setup's own among them)
 
 
-def _scale_rows(sc: ClusterScale, replicas, tables, lengths, sam, grid, acceptance: dict, label="") -> list[dict]:
-    """cluster_step over the length draws, averaged; one row per routing and arm, ``x_off`` against
-    no speculation with the same placement of requests, ``x_default_off`` against no speculation
-    placed by the default routing."""
+def _scale_rows(sc: ClusterScale, replicas, tables, draws, sam, grid, acceptance: dict, label="") -> list[dict]:
+    """cluster_step over the length draws (``draws``: per seed, (set, visit) -> lengths; set 0 visit 0 is
+    the priced step), averaged; one row per routing and arm, ``x_off`` against no speculation with the
+    same placement of requests, ``x_default_off`` against no speculation placed by the default routing."""
     setup = RolloutSetup(**{**sc.setup.__dict__, "replicas": replicas})
     runs = [
-        cluster_step(setup, sc.group_size, ls, grid, tables, sam, seed, sc.prefill_ms)
-        for seed, ls in enumerate(lengths)
+        cluster_step(setup, sc.group_size, visits(0, 0), grid, tables, sam, seed, sc.prefill_ms, visits)
+        for seed, visits in enumerate(draws)
     ]
     mean = mean_rows(runs)
     rows = []
     for (routing, arm), r in mean.items():
-        off = mean[(routing, "off")]
+        own_off = (routing, arm if arm.startswith("off") else f"off {arm}")
+        off = mean[own_off if own_off in mean else (routing, "off")]
         rows.append(
             dict(
                 scale=sc.setup.name,
@@ -1226,8 +1329,10 @@ def _scale_rows(sc: ClusterScale, replicas, tables, lengths, sam, grid, acceptan
 
 
 def _routed_tables(profiles: dict, replicas: int, k: int, min_steps: int):
+    """Profile tables per (routing, epoch): ROUTINGS always, a ROUTER_ROUTINGS routing where replayed."""
     tables, acceptance = {}, {}
-    for routing in ROUTINGS:
+    replayed = [r for r in ROUTER_ROUTINGS if all(profile_key(r, replicas, e) in profiles for e in EPOCHS)]
+    for routing in (*ROUTINGS, *replayed):
         for epoch in EPOCHS:
             key = profile_key(routing, replicas, epoch)
             if key not in profiles:
@@ -1245,6 +1350,13 @@ def position_free(entry: dict, k: int = 3) -> AcceptanceProfile:
     return AcceptanceProfile.constant(k, float(tok @ steps / steps.sum()), float(dr @ steps / steps.sum()))
 
 
+def length_draws(lengths_for, setup: RolloutSetup, seeds: int, corr: float) -> list:
+    """Per seed, (set, visit) -> response lengths in prompt order: ``lengths_for(setup, seed, corr, visit)``
+    for set 0 (the priced step), the other sets (the rest of the dataset the balancer routes) from seeds
+    of their own."""
+    return [lambda b, visit, seed=seed: lengths_for(setup, seed + 1000 * b, corr, visit) for seed in range(seeds)]
+
+
 def run_cluster(
     scales: list[ClusterScale],
     profiles: dict,
@@ -1257,7 +1369,8 @@ def run_cluster(
 ) -> dict:
     """Every scale x replica count: no speculation, SAM (``auto``, the online switch, paying
     ``sam_step_overhead_ms`` a step) under default routing and prompt affinity, first and later
-    epochs, mean over ``seeds`` length draws (``lengths_for(setup, seed)``)."""
+    epochs, mean over ``seeds`` length draws (``lengths_for(setup, seed, corr, visit)``); also under the
+    real balancer (ROUTER_ROUTINGS) at replica counts whose profiles were replayed."""
     sam = Policy("auto", np.zeros(1, dtype=np.int64), ONLINE, sam_step_overhead_ms)
     rows = []
     for sc in scales:
@@ -1265,14 +1378,15 @@ def run_cluster(
         for replicas in sc.replicas:
             setup = RolloutSetup(**{**sc.setup.__dict__, "replicas": replicas})
             tables, acceptance = _routed_tables(profiles, replicas, k, min_steps)
-            lengths = [lengths_for(setup, seed, 0.0) for seed in range(seeds)]
-            new = _scale_rows(sc, replicas, tables, lengths, sam, grid, acceptance)
+            new = _scale_rows(sc, replicas, tables, length_draws(lengths_for, setup, seeds, 0.0), sam, grid, acceptance)
             rows += new
-            x = {(r["routing"], r["arm"]): r["x_off"] for r in new}
+            x = {(r["routing"], r["arm"]): r["x_default_off"] for r in new}
             log(
-                f"  {sc.setup.name} R={replicas}: "
+                f"  {sc.setup.name} R={replicas} (x default's no speculation): "
                 + ", ".join(
-                    f"{routing} {epoch} {x[(routing, epoch)]:.3f}x" for routing in ROUTINGS for epoch in EPOCHS
+                    f"{routing} {epoch} {x[(routing, epoch)]:.3f}x"
+                    for routing in dict.fromkeys(ro for ro, _ in tables)
+                    for epoch in EPOCHS
                 ),
                 flush=True,
             )
@@ -1303,11 +1417,11 @@ def cluster_what_ifs(
     grid = CostGrid.build(sc.cost, sc.setup.max_num_seqs, k, sc.setup.max_response + 2048)
     replicas = sc.setup.replicas
     tables, acceptance = _routed_tables(profiles, replicas, k, min_steps)
-    iid = [lengths_for(sc.setup, seed, 0.0) for seed in range(seeds)]
+    iid = length_draws(lengths_for, sc.setup, seeds, 0.0)
     flat = {(ro, ep): position_free(profiles[profile_key(ro, replicas, ep)], k).tables(k, 1) for ro, ep in tables}
-    corr = [lengths_for(sc.setup, seed, length_corr) for seed in range(seeds)]
+    corr = length_draws(lengths_for, sc.setup, seeds, length_corr)
     correlated = f"lengths correlated within a prompt ({length_corr:.2f})"
-    need = constant_acceptance_for(ratio, sc.setup, iid, grid, sam, off, k, sc.prefill_ms)
+    need = constant_acceptance_for(ratio, sc.setup, [d(0, 0) for d in iid], grid, sam, off, k, sc.prefill_ms)
     return dict(
         position_free=_scale_rows(sc, replicas, flat, iid, sam, grid, acceptance, "position-free acceptance"),
         correlated_lengths=_scale_rows(sc, replicas, tables, corr, sam, grid, acceptance, correlated),
@@ -1321,22 +1435,29 @@ def cluster_what_ifs(
 
 def cluster_table(result: dict) -> str:
     """Markdown: per scale, replica count and epoch, no speculation (default routing) against SAM under each
-    routing; both ratios divide by the no-speculation time shown."""
+    routing (the real balancer's bounds where simulated: "-" elsewhere), every ratio dividing by the
+    no-speculation time shown; and the store share of the balancer's later step, work / request bound."""
     rows = {(r["scale"], r["replicas"], r["routing"], r["arm"]): r for r in result["rows"]}
     lines = [
-        "| setup | replicas | epoch | no speculation | SAM, default routing (x no spec.) | SAM, prompt affinity "
-        "(x no spec.) | tokens/step in replay, default / affinity |",
-        "|---|---|---|---|---|---|---|",
+        "| setup | replicas | epoch | no speculation | SAM, default routing | SAM, ideal affinity "
+        "| SAM, affinity work bound | SAM, affinity request bound | store share, work / request bound |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
+
+    def cell(scale, replicas, routing, epoch):
+        r = rows.get((scale, replicas, routing, epoch))
+        return "-" if r is None else f"{r['wall_s']:.0f} s ({r['x_default_off']:.3f}x)"
+
     for scale, replicas in dict.fromkeys((r["scale"], r["replicas"]) for r in result["rows"]):
         off = rows[(scale, replicas, "default", "off")]
         own = " (recipe's)" if replicas == off["published_replicas"] else ""
         for epoch in EPOCHS:
-            d, a = rows[(scale, replicas, "default", epoch)], rows[(scale, replicas, "affinity", epoch)]
+            shares = [rows.get((scale, replicas, ro, epoch), {}).get("store_share") for ro in ROUTER_ROUTINGS]
+            share = " / ".join("-" if x is None else f"{x:.3f}" for x in shares)
             lines.append(
-                f"| {scale} | {replicas}{own} | {epoch} | {off['wall_s']:.0f} s | {d['wall_s']:.0f} s "
-                f"({d['x_default_off']:.3f}x) | {a['wall_s']:.0f} s ({a['x_default_off']:.3f}x) "
-                f"| {d['replay_tokens_per_step']:.2f} / {a['replay_tokens_per_step']:.2f} |"
+                f"| {scale} | {replicas}{own} | {epoch} | {off['wall_s']:.0f} s | "
+                + " | ".join(cell(scale, replicas, ro, epoch) for ro in (*ROUTINGS, *ROUTER_ROUTINGS))
+                + f" | {share} |"
             )
     return "\n".join(lines)
 

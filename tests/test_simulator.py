@@ -456,6 +456,33 @@ def test_grouped_lengths_share_a_prompt_effect():
     assert len(set(free.ravel())) > 20
     with pytest.raises(ValueError, match="length correlation"):
         grouped_lognormal_lengths(2, 2, 300.0, 0.8, 1000, corr=1.5)
+    # another visit: the prompt's share kept, the samples' own drawn anew
+    again = grouped_lognormal_lengths(6, 4, 300.0, 0.8, 10_000, corr=1.0, seed=2, visit=1).reshape(6, 4)
+    assert (again == same).all()
+    assert not (
+        grouped_lognormal_lengths(6, 4, 300.0, 0.8, 10_000, corr=0.0, seed=2, visit=1).reshape(6, 4) == free
+    ).all()
+
+
+def test_real_balancer_keeps_groups_whole_and_returns_them_to_their_store():
+    """The cluster simulator's work and request-count bounds run the real balancer (verl's base class)."""
+    pytest.importorskip("verl.workers.rollout.router")
+    from benchmarks.simulator import ROUTER_ROUTINGS, grouped_lognormal_lengths, router_step_placements
+
+    prompts, n, replicas = 12, 4, 3
+
+    def visits(b, visit):
+        return grouped_lognormal_lengths(prompts, n, 300.0, 0.8, 10_000, 0.8, 10 * b, visit)
+
+    for routing in ROUTER_ROUTINGS:
+        out = router_step_placements(routing, replicas, n, visits, seed=1)
+        for epoch in ("first", "later"):
+            where = out[epoch].reshape(prompts, n)
+            assert (where == where[:, :1]).all(), (routing, epoch)  # siblings on their group's replica
+            assert set(where[:, 0].tolist()) == set(range(replicas)), (routing, epoch)
+        assert 0.5 <= out["store_share"] <= 1.0, routing
+    with pytest.raises(ValueError, match="routing must be one of"):
+        router_step_placements("affinity", replicas, n, visits)
 
 
 def test_constant_acceptance_needed_for_a_target():
