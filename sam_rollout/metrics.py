@@ -9,7 +9,8 @@ turns the snapshots of several engines into one training step's ``rollout/sam_*`
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -50,13 +51,33 @@ class SamMetrics:
         self.num_draft_tokens = 0
         self.num_measured_drafts = 0  # drafts whose outcome was observed
         self.num_accepted_tokens = 0
-        self.accepted_per_pos = np.zeros(k, dtype=np.int64)
+        self.drafts_by_accepted: Counter[int] = Counter()  # measured drafts by their accepted tokens
         self.decode_row_steps = 0  # decode rows seen (one per request per step)
         self.started = 0
         self.finished = 0
         self.started_with_store = 0  # started requests whose prompt had responses in the prompt store
         self.peak_drafter_nbytes = 0  # sampled every NBYTES_EVERY calls
         self.instance = uuid.uuid4().hex  # a restarted engine's counters are new ones, even where larger
+
+    def count_drafts(self, draft_lengths: Iterable[int]) -> None:
+        """One step's sent drafts, by their lengths (0: none sent)."""
+        sent = [length for length in draft_lengths if length > 0]
+        self.num_drafts += len(sent)
+        self.num_draft_tokens += sum(sent)
+
+    def count_accepted(self, accepted: list[int]) -> None:
+        """One step's measured drafts, each by how many of its tokens were accepted."""
+        self.num_measured_drafts += len(accepted)
+        self.num_accepted_tokens += sum(accepted)
+        self.drafts_by_accepted.update(accepted)
+
+    @property
+    def accepted_per_pos(self) -> np.ndarray:
+        """[p]: measured drafts whose token p (0-based) was accepted."""
+        per_pos = np.zeros(self.k, dtype=np.int64)
+        for accepted, drafts in self.drafts_by_accepted.items():
+            per_pos[:accepted] += drafts
+        return per_pos
 
     def as_dict(self) -> dict:
         m = max(self.num_measured_drafts, 1)

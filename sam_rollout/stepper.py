@@ -92,7 +92,8 @@ class SamStepper:
         self.max_model_len = int(max_model_len)
         self.drafter = BatchDrafter(settings.draft)
         self.metrics = SamMetrics(self.k)
-        self._asked: dict = {}  # the last step's drafted rows: req_id -> (num_tokens then, draft length)
+        self._sent: dict = {}  # the last step's drafts: req_id -> (num_tokens then, draft length)
+        self._started_batch: list | None = None  # a batch whose requests all started (none finished since)
         self._last_call = None  # perf_counter() at the start of the last call
         self._last_own_ms = 0.0  # how long the last call took
         self._last_draft_tokens = 0
@@ -107,14 +108,15 @@ class SamStepper:
         nothing and its switch learns nothing, but every request's tokens still reach the drafter, so
         drafting resumes from the whole context: an A/B inside one engine (the demo's SAM-off arm)."""
         self.paused = bool(paused)
-        self._asked.clear()
+        self._sent.clear()
         self._last_call = None  # no step time across the boundary
         self._last_draft_tokens = 0
         if self.scorer is not None:
             self.scorer.discard_round()
 
     def finish(self, req_id) -> None:
-        self._asked.pop(req_id, None)
+        self._sent.pop(req_id, None)
+        self._started_batch = None
         if self.scorer is not None:
             self.scorer.drop(req_id)
         if req_id in self.drafter:
@@ -142,12 +144,14 @@ class SamStepper:
             raise RuntimeError(f"SAM proposer: {len(req_ids)} request ids for {n} batch rows")
         req_ids = list(req_ids[:n])
         lengths = np.asarray(num_tokens_no_spec[:n], dtype=np.int64)
+        row_lengths = lengths.tolist()  # Python ints for the per-row work: numpy scalars cost more
         scheduled = n if num_scheduled_reqs is None else int(num_scheduled_reqs)
-        decode_rows = [i for i in range(n) if len(sampled_token_ids[i]) > 0]
+        has_sampled = [len(sampled) > 0 for sampled in sampled_token_ids]
+        decode_rows = [i for i, sampled in enumerate(has_sampled) if sampled]
         started = self._start_new(req_ids, num_prompt_tokens, token_ids_cpu)
-        self._observe_last_step(req_ids, sampled_token_ids, lengths)
+        self._observe_last_step(req_ids, has_sampled, row_lengths)
         if self.scorer is not None:
-            self.scorer.resolve(req_ids, token_ids_cpu, lengths)
+            self.scorer.resolve(req_ids, token_ids_cpu, row_lengths)
             self._started_since_round += started
         clean = started == 0 and len(decode_rows) == scheduled  # no prefill in the step
         if self._last_call is not None and clean and not self.paused:
@@ -173,7 +177,7 @@ class SamStepper:
             if kk > 0:
                 m.steps_on += 1
             if kk > 0 or scored:
-                self._propose(req_ids, decode_rows if kk > 0 else scored, lengths, kk, out, scored)
+                self._propose(req_ids, decode_rows if kk > 0 else scored, row_lengths, kk, out, scored)
         self._last_call = None if self.paused else t0
         if m.calls % NBYTES_EVERY == 0:
             m.peak_drafter_nbytes = max(m.peak_drafter_nbytes, self.drafter.nbytes)
@@ -185,6 +189,8 @@ class SamStepper:
     # -- the parts of a step -----------------------------------------------------------------
     def _start_new(self, req_ids, num_prompt_tokens, token_ids_cpu) -> int:
         """New requests start from their prompt, grouped by prompt tokens. Returns how many started."""
+        if req_ids == self._started_batch:  # the usual step: last step's requests, none finished since
+            return 0
         started = with_store = 0
         for i, rid in enumerate(req_ids):
             if rid not in self.drafter:
@@ -192,6 +198,7 @@ class SamStepper:
                 started += 1
         self.metrics.started += started
         self.metrics.started_with_store += with_store
+        self._started_batch = req_ids
         return started
 
     def _start(self, req_id, prompt: np.ndarray) -> bool:
@@ -200,21 +207,16 @@ class SamStepper:
         group = prompt_key(prompt) if self.settings.draft.group_aware else None
         return self.drafter.start(req_id, prompt, group=group)
 
-    def _observe_last_step(self, req_ids, sampled_token_ids, lengths) -> None:
+    def _observe_last_step(self, req_ids, has_sampled: list[bool], row_lengths: list[int]) -> None:
         """How far each row drafted last step advanced: the acceptance metrics."""
-        asked, self._asked = self._asked, {}
-        if not asked:
+        sent, self._sent = self._sent, {}
+        if not sent:
             return
-        m = self.metrics
-        for i, rid in enumerate(req_ids):
-            then = asked.get(rid)
-            if then is None or not sampled_token_ids[i]:
-                continue
-            tokens_then, draft_length = then
-            accepted = min(max(int(lengths[i]) - tokens_then - 1, 0), draft_length)
-            m.num_measured_drafts += 1
-            m.num_accepted_tokens += accepted
-            m.accepted_per_pos[:accepted] += 1
+        measured = [(row_lengths[i], sent[rid]) for i, rid in enumerate(req_ids) if rid in sent and has_sampled[i]]
+        accepted = [
+            min(max(length - tokens_then - 1, 0), draft_length) for length, (tokens_then, draft_length) in measured
+        ]
+        self.metrics.count_accepted(accepted)
 
     def _resync(self, req_ids, num_prompt_tokens, token_ids_cpu, lengths, err) -> None:
         d = self.drafter
@@ -240,31 +242,39 @@ class SamStepper:
             self._started_since_round = 0
         return True
 
-    def _propose(self, req_ids, rows, lengths, k: int, out, scored: list[int]) -> None:
+    def _propose(self, req_ids, rows, row_lengths: list[int], k: int, out, scored: list[int]) -> None:
         """Drafts of k tokens for ``rows`` into ``out``; for the ``scored`` ones (a subset), full drafts
         to the scorer as well, and the sent drafts are their first k tokens (one proposal a step). That
         prefix differs from a k-token proposal in a few percent of rows: the frequent continuation weighs
         the whole draft length."""
         k_proposed = self.k if scored else k
-        # never draft past max_model_len (same rule as vLLM's ngram proposer)
-        room = np.maximum(self.max_model_len - lengths[np.asarray(rows, dtype=np.int64)], 0)
         proposal = self.drafter.propose([req_ids[i] for i in rows], k_proposed)
-        full_lengths = np.minimum(proposal.lengths.astype(np.int64), room)
-        draft_lengths = np.minimum(full_lengths, k)
-        scored = set(scored)
-        m = self.metrics
+        full_lengths = self._within_max_model_len(proposal.lengths.tolist(), rows, row_lengths, k_proposed)
+        if scored:
+            self._score(req_ids, rows, row_lengths, proposal.tokens, full_lengths, set(scored))
+        if k == 0:
+            return
+        draft_lengths = [min(length, k) for length in full_lengths]
+        tokens = proposal.tokens.tolist()
+        for j, i in enumerate(rows):
+            if draft_lengths[j] > 0:
+                out[i] = tokens[j][: draft_lengths[j]]
+                self._sent[req_ids[i]] = (row_lengths[i], draft_lengths[j])
+        self.metrics.count_drafts(draft_lengths)
+        self._last_draft_tokens = sum(draft_lengths)
+
+    def _within_max_model_len(self, draft_lengths: list[int], rows, row_lengths: list[int], k: int) -> list[int]:
+        """The drafts' lengths cut where they would pass max_model_len (the rule of vLLM's ngram proposer)."""
+        if max(row_lengths) + k <= self.max_model_len:  # the usual step: no row near the end
+            return draft_lengths
+        room = (max(self.max_model_len - row_lengths[i], 0) for i in rows)
+        return [min(length, row_room) for length, row_room in zip(draft_lengths, room)]
+
+    def _score(self, req_ids, rows, row_lengths: list[int], tokens: np.ndarray, full_lengths: list[int], scored: set):
+        """The full drafts of the ``scored`` rows to the scorer, in row order."""
         for j, i in enumerate(rows):
             if i in scored:
-                self.scorer.add(req_ids[i], int(lengths[i]), proposal.tokens[j, : full_lengths[j]])
-            if k == 0:
-                continue
-            length = int(draft_lengths[j])
-            if length > 0:
-                self._asked[req_ids[i]] = (int(lengths[i]), length)
-                out[i] = proposal.tokens[j, :length].tolist()
-                m.num_drafts += 1
-                m.num_draft_tokens += length
-                self._last_draft_tokens += length
+                self.scorer.add(req_ids[i], row_lengths[i], tokens[j, : full_lengths[j]])
 
     def _account_time(self, seconds: float) -> None:
         m = self.metrics

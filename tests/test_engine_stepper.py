@@ -139,6 +139,39 @@ def test_acceptance_counting():
     assert m["acceptance_per_pos"] == [1.0, 1.0, 0.0]
 
 
+def test_acceptance_follows_the_request_when_rows_move():
+    st = SamStepper(settings(switch=None), max_model_len=W)
+    b = Batch()
+    b.add("a", PERIOD * 2)
+    b.add("c", [20, 21, 22])
+    b.add("b", [40, 41, 42, 43, 44, 40, 41])
+    assert step(st, b, [[9], [22], [41]]) == [[5, 6, 7], [], [42, 43, 44]]
+    st.finish("a")  # its draft is never measured
+    b.remove(0)  # condense: b moves into a's row
+    assert b.req_ids == ["b", "c"]
+    b.append(0, [42, 1])  # one of b's tokens accepted, then a correction token
+    b.append(1, [23])
+    step(st, b, [[42, 1], [23]])
+    m = st.metrics.as_dict()
+    assert m["num_drafts"] == 2 and m["num_draft_tokens"] == 6
+    assert m["num_measured_drafts"] == 1 and m["num_accepted_tokens"] == 1
+    assert m["acceptance_per_pos"] == [1.0, 0.0, 0.0]
+
+
+def test_a_finished_request_id_that_returns_in_the_same_row_starts_from_its_new_prompt():
+    """verl resumes a partial rollout under its request id with a longer prompt: after ``finish`` the
+    same batch of ids is a new request in that row, not last step's."""
+    st = SamStepper(settings(switch=None), max_model_len=W)
+    b = Batch()
+    b.add("a", PERIOD * 2)
+    assert step(st, b, [[9]]) == [[5, 6, 7]]
+    st.finish("a")
+    b.remove(0)
+    b.add("a", [30, 31, 32, 33, 30, 31, 32])
+    assert step(st, b, [[32]]) == [[33, 30, 31]]
+    assert st.metrics.started == 2 and st.drafter.num_tokens("a") == 7
+
+
 def test_siblings_share_a_group_by_prompt():
     st = SamStepper(settings(switch=None, group_aware=True), max_model_len=W)
     b = Batch()
@@ -410,9 +443,7 @@ def test_an_interval_spent_in_the_stepper_itself_is_not_timed():
     assert st.snapshot()["switch"]["buckets"]["1-1"]["plain_step_ms"] == pytest.approx(100.0)
 
 
-@pytest.mark.parametrize(
-    "raw", [{"switch": "auto"}, {}, {"prompt_store": True}, {"history_tokens": 2048}]
-)
+@pytest.mark.parametrize("raw", [{"switch": "auto"}, {}, {"prompt_store": True}, {"history_tokens": 2048}])
 def test_compile_kernels_leaves_nothing_to_compile_in_an_engine_session(raw):
     """After ``compile_kernels`` (which the engine adapters run before serving), a session shaped like an
     engine's (vLLM's dtypes, groups of siblings, rows that move when requests finish, a shrinking batch)
