@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # DAPO Qwen3-32B, 2 nodes x 16 910C dies (the published setup), with SAM speculative rollout.
 #   MODEL_PATH=/models/Qwen3-... bash scripts/run_dapo_qwen3_32b_sam.sh [--dry-run] [overrides ...]
-# e.g. sam.threshold=4 sam.num_speculative_tokens=4 ab.seed=7. Environment: see scripts/run_recipe.sh.
+# e.g. sam.spec.switch=4 sam.num_speculative_tokens=4 ab.seed=7. Environment: see scripts/run_recipe.sh.
 set -euo pipefail
 exec bash "$(dirname "$0")/run_recipe.sh" dapo_qwen3_32b ${SAM_CONFIG_NAME:-dapo_qwen3_32b} sam=enabled "$@"

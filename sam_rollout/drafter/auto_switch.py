@@ -1,4 +1,4 @@
-"""The online switch (``schedule: "auto"``): learn what drafting costs and earns, choose k per step.
+"""The online switch (``switch: "auto"``): learn what drafting costs and earns, choose k per step.
 
 An engine step that schedules ``B`` requests and verifies ``d`` draft tokens per request on average
 takes about ``T0(B) * (1 + f(B) + s(B) * d)`` milliseconds: ``T0`` is the plain step, ``s`` the relative

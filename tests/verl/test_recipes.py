@@ -1,7 +1,7 @@
 """Every recipe config composes against verl 0.9.1's real schema (pkg://verl.trainer.config), passes
-verl's own validation, and resolves to vLLM engine kwargs with SAM's published settings; overrides,
-old and new, change them, in the config verl itself composes from the launcher's command; the sam group
-works in a config of one's own; invalid overrides fail before anything launches."""
+verl's own validation, and resolves to vLLM engine kwargs with SAM's published settings; overrides
+change them, in the config verl itself composes from the launcher's command; the sam group works in a
+config of one's own; invalid overrides, removed keys among them, fail before anything launches."""
 
 import os
 
@@ -94,21 +94,15 @@ def test_32b_published_response_length(inputs):
     assert resolved("dapo_qwen3_32b", "dapo_qwen3_32b", inputs).data.max_response_length == 34816
 
 
-@pytest.mark.parametrize(
-    "overrides,threshold_key",
-    [
-        (("sam.spec.switch=4", "sam.num_speculative_tokens=4", "sam.spec.group_aware=false"), "switch"),
-        (("sam.threshold=4", "sam.num_speculative_tokens=4", "sam.group_aware=false"), "threshold"),  # the old keys
-    ],
-)
-def test_overrides_reach_the_engine_kwargs(inputs, overrides, threshold_key):
+def test_overrides_reach_the_engine_kwargs(inputs):
+    overrides = ("sam.spec.switch=4", "sam.num_speculative_tokens=4", "sam.spec.group_aware=false")
     cfg = resolved("dapo_qwen3_32b", "dapo_qwen3_32b", inputs, *overrides)
     vllm = cfg.actor_rollout_ref.rollout.engine_kwargs.vllm
     assert vllm.speculative_config.num_speculative_tokens == 4
-    assert vllm.additional_config.sam_spec[threshold_key] == 4
+    assert vllm.additional_config.sam_spec.switch == 4
     assert vllm.additional_config.sam_spec.group_aware is False
     engine_kwargs = verl_engine_kwargs(cfg)
-    assert engine_kwargs["additional_config"]["sam_spec"][threshold_key] == 4  # what the server reads
+    assert engine_kwargs["additional_config"]["sam_spec"]["switch"] == 4  # what the server reads
 
 
 def verl_engine_kwargs(cfg) -> dict:
@@ -133,15 +127,9 @@ def verl_composes(config_dir, config_name, overrides):
     return cfg
 
 
-# (overrides, k, switch, group_aware) as SAM's engine reads them; the old keys first, then their new form
+# (overrides, k, switch, group_aware) as SAM's engine reads them
 OVERRIDE_CASES = [
     ((), None, None, True),
-    (("sam.threshold=4", "sam.num_speculative_tokens=4", "sam.group_aware=false"), 4, 4, False),
-    (("sam.threshold=null", "sam.schedule=auto"), None, AUTO, True),
-    (("sam.schedule=auto",), None, AUTO, True),
-    (("sam.threshold=null",), None, None, True),
-    (("actor_rollout_ref.rollout.engine_kwargs.vllm.additional_config.sam_spec.threshold=2",), None, 2, True),
-    (("actor_rollout_ref.rollout.engine_kwargs.vllm.additional_config.sam_spec.schedule=auto",), None, AUTO, True),
     (("sam.spec.switch=4", "sam.num_speculative_tokens=4", "sam.spec.group_aware=false"), 4, 4, False),
     (("sam.spec.switch=auto",), None, AUTO, True),
     (("sam.spec.switch=null",), None, None, True),
@@ -154,11 +142,9 @@ OVERRIDE_CASES = [
 def test_verl_composes_the_launchers_command_into_sams_settings(
     inputs, recipe, name, overrides, k, switch, group_aware
 ):
-    """What the trainer gets: the launcher's command line (old keys rewritten), composed by Hydra as
-    verl's main does, resolved to the engine kwargs verl's server passes to vLLM, read as vLLM's SAM reads
-    them."""
-    current, _ = recipe_config.current_overrides([*inputs, *overrides])
-    cmd = launch.training_command(recipe, name, current)
+    """What the trainer gets: the launcher's command line, composed by Hydra as verl's main does, resolved
+    to the engine kwargs verl's server passes to vLLM, read as vLLM's SAM reads them."""
+    cmd = launch.training_command(recipe, name, [*inputs, *overrides])
     assert cmd[3:5] == [f"--config-path={launch.recipe_dir(recipe)}", f"--config-name={name}"]
     cfg = verl_composes(launch.recipe_dir(recipe), name, cmd[5:])
     default = verl_composes(launch.recipe_dir(recipe), name, inputs).sam.spec
@@ -191,25 +177,40 @@ def test_the_sam_group_in_a_verl_config_of_ones_own(tmp_path):
     assert check_sam_engine_kwargs(verl_engine_kwargs(verl_composes(tmp_path, "mine", ["sam=disabled"]))) is None
 
 
-def test_old_keys_are_rewritten_with_a_note_and_conflicts_fail():
-    current, notes = recipe_config.current_overrides(["sam.threshold=4", "sam.min_match=2", "ab.seed=7"])
-    assert current == ["~sam.spec.switch", "++sam.spec.threshold=4", "sam.spec.min_match=2", "ab.seed=7"]
-    assert len(notes) == 2 and "sam.spec.switch" in notes[0] and "sam.spec.min_match=2" in notes[1]
-    assert recipe_config.current_overrides(current) == (current, [])  # the launcher's command, as the job sees it
-    current, notes = recipe_config.current_overrides(["sam.schedule=null"])
-    assert current == [] and "sets nothing" in notes[0]
-    for overrides in (["sam.threshold=4", "sam.spec.switch=8"], ["sam.threshold=4", "sam.schedule=auto"]):
-        with pytest.raises(RecipeError, match="when to speculate is set twice; give sam.spec.switch alone"):
-            recipe_config.current_overrides(overrides)
+ENGINE_SPEC = "actor_rollout_ref.rollout.engine_kwargs.vllm.additional_config.sam_spec"
+SPEC_KEYS = (
+    "continuation, group_aware, history_tokens, length_policy, min_match, prompt_store, prompt_store_bytes, switch"
+)
 
 
-def test_an_old_key_left_in_a_yaml_fails_with_its_new_place(inputs):
+@pytest.mark.parametrize(
+    "override,message",
+    [  # the keys before sam.spec, and the switch's removed names: unknown, with the keys there are
+        ("sam.threshold=4", "sam has no key 'threshold'; it has: enable, num_speculative_tokens, routing, spec, tag"),
+        ("sam.schedule=auto", "sam has no key 'schedule'; it has: enable, num_speculative_tokens, routing, spec, tag"),
+        ("sam.group_aware=false", "sam has no key 'group_aware'; it has: enable, num_speculative_tokens, routing"),
+        ("sam.spec.threshold=4", f"sam.spec has no key 'threshold'; it has: {SPEC_KEYS}; any other engine setting"),
+        (f"{ENGINE_SPEC}.threshold=8", f"{ENGINE_SPEC} has no key 'threshold'; it has: {SPEC_KEYS}"),
+        ("+sam.spec.threshold=4", r"unknown setting\(s\) \['threshold'\]; known: \['base_k', 'continuation'"),
+        (f"+{ENGINE_SPEC}.schedule=auto", r"unknown setting\(s\) \['schedule'\]; known: \['base_k'"),
+        ("+sam.threshold=4", "unknown key sam.threshold; sam has: enable, tag, num_speculative_tokens, routing, spec"),
+        ("sam.spec.switch=always", r"switch must be an integer >= 0 \(a threshold\), null \(every step\), \"auto\""),
+    ],
+)
+def test_a_removed_or_unknown_key_fails_with_the_keys_there_are(inputs, override, message):
+    with pytest.raises(RecipeError, match=message):
+        resolved("dapo_qwen3_32b", "dapo_qwen3_32b", inputs, override)
+
+
+def test_an_unknown_key_left_in_a_yaml_fails_with_the_sam_groups_keys(inputs):
     from omegaconf import open_dict
 
     cfg = composed("dapo_qwen3_32b", "dapo_qwen3_32b", inputs)
     with open_dict(cfg):
-        cfg.sam.threshold = 4  # what a recipe of one's own written before sam.spec still sets
-    with pytest.raises(RecipeError, match=r"sam.threshold is no longer read: .* sam.spec \(sam.spec.switch for"):
+        cfg.sam.threshold = 4  # Hydra merges a YAML's keys freely; nothing would read this one
+    with pytest.raises(
+        RecipeError, match=r"unknown key sam.threshold; sam has: .* \(SAM's engine settings are sam.spec"
+    ):
         recipe_config.check_sam(cfg)
 
 
@@ -264,12 +265,11 @@ def test_ab_seeds_are_shared_and_overridable(inputs):
 @pytest.mark.parametrize(
     "override,message",
     [
-        ("sam.threshold=-1", "threshold must be an integer >= 0"),
         ("sam.spec.switch=-1", "switch must be an integer >= 0"),
         ("sam.spec.switch=sometimes", "switch must be an integer >= 0"),
         ("sam.spec.tresh=3", "invalid override"),
         ("sam.num_speculative_tokens=0", "num_speculative_tokens must be an integer >= 1"),
-        ("sam.length_policy=wild", "length_policy"),
+        ("sam.spec.length_policy=wild", "length_policy"),
         ("sam.treshold=3", "invalid override"),
         ("sam=sometimes", "invalid override"),
         ("actor_rollout_ref.rollout.tensor_model_parallel_size=7", "does not divide"),
@@ -277,7 +277,6 @@ def test_ab_seeds_are_shared_and_overridable(inputs):
         ("actor_rollout_ref.model.path=/nonexistent", "no config.json"),
         ("data.train_files=/nonexistent.parquet", "not found"),
         ("actor_rollout_ref.actor.clip_ratio_low=oops", "clip_ratio_low takes a number"),
-        ("sam.group_aware=maybe", "group_aware takes a boolean"),
         ("sam.spec.group_aware=maybe", "group_aware takes a boolean"),
         ("+sam.spec.tresh=3", r"unknown setting\(s\) \['tresh'\]"),
     ],
@@ -288,9 +287,9 @@ def test_invalid_overrides_fail_early(inputs, override, message):
 
 
 def test_training_command_is_verl_cores_trainer(inputs):
-    cmd = launch.training_command("dapo_qwen3_32b", "dapo_qwen3_32b", ["sam.threshold=4"])
+    cmd = launch.training_command("dapo_qwen3_32b", "dapo_qwen3_32b", ["sam.spec.switch=4"])
     assert cmd[1:3] == ["-m", "verl.trainer.main_ppo"]
-    assert cmd[3] == f"--config-path={launch.recipe_dir('dapo_qwen3_32b')}" and cmd[-1] == "sam.threshold=4"
+    assert cmd[3] == f"--config-path={launch.recipe_dir('dapo_qwen3_32b')}" and cmd[-1] == "sam.spec.switch=4"
     dapo = launch.training_command("dapo_qwen3_32b", "dapo_qwen3_32b", [], trainer="dapo-recipe")
     assert dapo[1:3] == ["-m", "recipe.dapo.main_dapo"]
 

@@ -61,14 +61,14 @@ def test_dry_run_with_overrides_and_the_8_node_config(env):
     out = run(
         "run_dapo_qwen3_32b_sam.sh",
         "--dry-run",
-        "sam.threshold=2",
+        "sam.spec.switch=2",
         "sam.num_speculative_tokens=5",
         env=env,
         SAM_CONFIG_NAME="dapo_qwen3_32b_8node",
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert re.search(r"num_speculative_tokens: 5\n", out.stdout)
-    assert re.search(r"\n\s+threshold: 2\n", out.stdout)
+    assert re.search(r"\n\s+switch: 2\n", out.stdout)
     assert "train_batch_size: 512" in out.stdout
 
 
@@ -77,7 +77,7 @@ def test_ray_job_submission_dry_run(env):
         "submit_ray_job.sh",
         os.path.join(REPO, "scripts", "run_dapo_qwen3_235b_sam.sh"),
         "--dry-run",
-        "sam.threshold=4",
+        "sam.spec.switch=4",
         env=env,
         RAY_ADDRESS="http://head:8265",
         VERL_RECIPE_PATH="/opt/verl-recipe",
@@ -88,7 +88,7 @@ def test_ray_job_submission_dry_run(env):
     # the job runs this launcher on the cluster, which builds the trainer's command from the paths there
     entry = command.split(" --no-wait -- ", 1)[1]
     assert entry.startswith("python3 -m sam_rollout.verl.launcher.launch --recipe dapo_qwen3_235b --trainer core")
-    assert "--launcher local" in entry and entry.endswith("sam.threshold=4") and REPO not in entry.split()[0]
+    assert "--launcher local" in entry and entry.endswith("sam.spec.switch=4") and REPO not in entry.split()[0]
     assert f"--working-dir={REPO}" in command
     assert '"worker_process_setup_hook": "sam_rollout.verl.runtime.hook.install"' in command
     assert '"RAY_OVERRIDE_JOB_RUNTIME_ENV": "1"' in command
@@ -132,7 +132,9 @@ def test_cpu_run_without_the_plugin_is_refused(tmp_path):
         ((), {"MODEL_PATH": ""}, "set MODEL_PATH"),
         ((), {"DATA_DIR": "/nonexistent"}, "not found (prepare it with python -m sam_rollout.verl.data.prepare)"),
         (("sam.treshold=3",), {}, "invalid override"),
-        (("sam.threshold=-2",), {}, "threshold must be an integer >= 0"),
+        (("sam.spec.switch=-2",), {}, "switch must be an integer >= 0"),
+        (("sam.threshold=4",), {}, "sam has no key 'threshold'; it has: enable, num_speculative_tokens"),
+        ((), {"SAM_WEIGHT_CHECKSUMS": "1"}, "SAM_WEIGHT_CHECKSUMS is not read; set SAM_PATCH_WEIGHT_CHECKSUMS=1"),
         (("--dryrun",), {}, "unknown option --dryrun"),
     ],
 )

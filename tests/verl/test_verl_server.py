@@ -56,14 +56,14 @@ def test_overrides_reach_vllm():
         rollout_config(
             "dapo_qwen3_32b",
             "dapo_qwen3_32b",
-            "sam.threshold=2",
+            "sam.spec.switch=2",
             "sam.num_speculative_tokens=5",
-            "sam.group_aware=false",
+            "sam.spec.group_aware=false",
             "ab.seed=9",
         )
     )
     assert args.speculative_config["num_speculative_tokens"] == 5
-    assert args.additional_config["sam_spec"]["threshold"] == 2
+    assert args.additional_config["sam_spec"]["switch"] == 2
     assert args.additional_config["sam_spec"]["group_aware"] is False
     assert args.seed == 9
 

@@ -33,6 +33,7 @@ import sys
 import time
 from collections.abc import Sequence
 
+from sam_rollout.patches import check_removed_env
 from sam_rollout.verl.launcher.console import full_console, log_file, run_logged
 from sam_rollout.verl.launcher.recipe_config import (
     CORE,
@@ -40,7 +41,6 @@ from sam_rollout.verl.launcher.recipe_config import (
     TRAINERS,
     RecipeError,
     check_vllm_route,
-    current_overrides,
     load_recipe,
     recipe_dir,
     router_config_file,
@@ -52,7 +52,7 @@ RUNTIME_ENV = REPO / "configs" / "ray" / "runtime_env.yaml"
 RAY_JOB_ENV = {"RAY_OVERRIDE_JOB_RUNTIME_ENV": "1"}
 # the submitter's say on where the metrics go, whether weight syncs log checksums, what the console
 # shows and how wandb runs (WANDB_MODE=offline: no account, no network)
-PASSED_TO_JOB = ("VERL_FILE_LOGGER_ROOT", "VERL_FILE_LOGGER_PATH", "SAM_WEIGHT_CHECKSUMS", "SAM_CONSOLE",
+PASSED_TO_JOB = ("VERL_FILE_LOGGER_ROOT", "VERL_FILE_LOGGER_PATH", "SAM_PATCH_WEIGHT_CHECKSUMS", "SAM_CONSOLE",
                  "WANDB_MODE", "WANDB_DIR", "WANDB_SILENT")  # fmt: skip
 # ray.init refuses resource arguments when it joins a running cluster (a Ray job, RAY_ADDRESS)
 CLUSTER_OWNED_RAY_INIT = ("num_cpus", "num_gpus", "object_store_memory", "include_dashboard")
@@ -189,6 +189,14 @@ def check_installed_vllm(cfg, env: dict) -> None:
         check_vllm_route(cfg, *found)
 
 
+def check_env() -> None:
+    """A removed patch switch fails here: verl drops its plugin's error unseen, and the patches with it."""
+    try:
+        check_removed_env(os.environ)
+    except ValueError as e:
+        raise RecipeError(str(e)) from None
+
+
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--recipe", required=True, help="folder under recipes/")
@@ -207,9 +215,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logged = args.launcher == "local" and not args.dry_run and not full_console(args.verbose)
     checks_output = io.StringIO()  # what composing and checking prints goes to the log, ahead of the trainer's
     try:
-        overrides, notes = current_overrides(args.overrides)  # SAM's old keys in their current form
-        for note in notes:
-            print(f"note: {note}", file=sys.stderr)
+        check_env()
+        overrides = list(args.overrides)
         with captured(checks_output, logged):
             cfg = load_recipe(args.recipe, config_name, overrides, args.trainer)
         env = runtime_env(cfg)

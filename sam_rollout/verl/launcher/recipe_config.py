@@ -7,21 +7,21 @@ is silently ignored: the model directory, the data files, SAM's settings, max_mo
 model, settings verl's V1 trainer ignores, and what a CPU run needs. Every failure is a RecipeError
 with a one-line reason.
 
-SAM's engine settings are ``sam.spec`` (configs/sam/spec/default.yaml). Overrides in their old form
-(``sam.threshold=4``, ``sam.group_aware=false``, ``...engine_kwargs.vllm.additional_config.sam_spec.X=v``)
-are rewritten to it first (``current_overrides``), here and in the command the launcher gives verl.
+SAM's engine settings are ``sam.spec`` (configs/sam/spec/default.yaml), each under one name: a key
+that is not there fails with the keys that are.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from sam_rollout.engine_kwargs import CUSTOM_CLASS, SAM_METHOD, SAM_PROPOSER, requested_route
-from sam_rollout.settings import SCHEDULE, SWITCH, THRESHOLD
+from sam_rollout.settings import SWITCH
 from sam_rollout.verl.runtime.engine_args import check_route, check_sam_engine_kwargs
 
 REPO = Path(__file__).resolve().parents[3]
@@ -31,10 +31,8 @@ CORE, DAPO_RECIPE = "core", "dapo-recipe"
 TRAINERS = {CORE: "verl.trainer.main_ppo", DAPO_RECIPE: "recipe.dapo.main_dapo"}
 VERL_PLUGIN = "sam_rollout.verl.plugin"
 SPEC = "sam.spec"  # SAM's engine settings: the sam group passes this node whole as sam_spec
-ENGINE_SPEC = "actor_rollout_ref.rollout.engine_kwargs.vllm.additional_config.sam_spec"
-# the engine settings' old keys, directly under sam (configs/sam/*.yaml listed them there until sam.spec)
-OLD_SAM_KEYS = (THRESHOLD, SCHEDULE, "group_aware", "min_match", "length_policy", "history_tokens", "continuation",
-                "prompt_store", "prompt_store_bytes")  # fmt: skip
+# the sam group's keys (configs/sam/enabled.yaml, disabled.yaml); the engine settings are under spec
+SAM_KEYS = ("enable", "tag", "num_speculative_tokens", "routing", "spec")
 
 
 class RecipeError(Exception):
@@ -54,56 +52,8 @@ def recipe_dir(recipe: str) -> Path:
     return d
 
 
-def current_overrides(overrides: Sequence[str]) -> tuple[list[str], list[str]]:
-    """The overrides with SAM's old keys in their current form, and a note for each old one.
-
-    ``sam.<key>=v`` and ``ENGINE_SPEC.<key>=v`` set ``sam.spec.<key>``. The switch's old names keep their
-    names in the engine settings, which read them as before (``sam_rollout.settings.switch_entry``):
-    ``sam.threshold=4`` becomes ``~sam.spec.switch ++sam.spec.threshold=4``, so that a threshold and a
-    schedule given together (``sam.threshold=null sam.schedule=auto``) mean what they meant."""
-    out, notes, aliases, switch = [], [], [], None
-    for override in overrides:
-        key, sep, value = override.partition("=")
-        name = _old_spec_key(key.lstrip("+")) if sep else None
-        if name is None:
-            if key.lstrip("+") == f"{SPEC}.{SWITCH}":
-                switch = override
-            out.append(override)
-            continue
-        if name == SCHEDULE and value == "null":  # the old default: it set nothing, nor does it now
-            notes.append(f"{override} sets nothing: the switch is {SPEC}.{SWITCH} (docs/settings.md)")
-            continue
-        if name in (THRESHOLD, SCHEDULE):
-            aliases.append(override)
-            out.append(f"++{SPEC}.{name}={value}")
-            notes.append(f"{override}: {name} is an old name of {SPEC}.{SWITCH}, still accepted (docs/settings.md)")
-            continue
-        listed = name in OLD_SAM_KEYS  # in configs/sam/spec/default.yaml; any other engine setting is added
-        out.append(f"{'' if listed else '++'}{SPEC}.{name}={value}")
-        notes.append(f"{override} is now {SPEC}.{name}={value}; the old key still works (docs/settings.md)")
-    if aliases:
-        given = [a for a in aliases if not a.endswith(f"{THRESHOLD}=null")]  # off next to a schedule: as before
-        if switch is not None or len(given) > 1:
-            got = " and ".join([*given, *([switch] if switch else [])])
-            raise RecipeError(
-                f"{got}: when to speculate is set twice; give {SPEC}.{SWITCH} alone ({THRESHOLD} and {SCHEDULE} are "
-                "its old names; docs/settings.md)"
-            )
-        out.insert(0, f"~{SPEC}.{SWITCH}")
-    return out, notes
-
-
-def _old_spec_key(key: str) -> str | None:
-    """The engine setting that an override of ``key`` sets in the old form; None for any other key."""
-    head, _, name = key.rpartition(".")
-    if head == "sam" and name in OLD_SAM_KEYS:
-        return name
-    return name if head == ENGINE_SPEC and name else None
-
-
 def compose_recipe(recipe: str, config_name: str, overrides: Sequence[str]):
-    """The composed (unresolved) config, as the trainer's Hydra main composes it from the overrides in
-    their current form (``current_overrides``)."""
+    """The composed (unresolved) config, as the trainer's Hydra main composes it from the overrides."""
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
@@ -111,16 +61,46 @@ def compose_recipe(recipe: str, config_name: str, overrides: Sequence[str]):
     d = recipe_dir(recipe)
     if not (d / f"{config_name}.yaml").is_file():
         raise RecipeError(f"no config {config_name!r} in {d}")
-    overrides, _ = current_overrides(overrides)
     cwd = os.getcwd()
     os.chdir(REPO)  # the recipes' search path file://configs is relative to the repository
     try:
         with initialize_config_dir(config_dir=str(d), version_base=None):
-            return compose(config_name=config_name, overrides=overrides)
+            try:
+                return compose(config_name=config_name, overrides=list(overrides))
+            except (HydraException, OmegaConfBaseException) as e:
+                hint = known_keys(first_line(e), lambda: compose(config_name=config_name))
+                raise RecipeError(f"invalid override or config: {first_line(e)}{hint}") from e
     except (HydraException, OmegaConfBaseException) as e:
-        raise RecipeError(f"invalid override or config: {first_line(e)}") from e
+        raise RecipeError(f"invalid config: {first_line(e)}") from e
     finally:
         os.chdir(cwd)
+
+
+UNKNOWN_KEY = re.compile(r"Could not override '([^']+)'")
+
+
+def known_keys(error: str, compose_base) -> str:
+    """For an override of a key the config does not have (Hydra says only that it could not override
+    it): the keys its parent has, from the config composed without overrides; "" for any other error."""
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    unknown = UNKNOWN_KEY.match(error)
+    if unknown is None:
+        return ""
+    parent, _, name = unknown.group(1).rpartition(".")
+    try:
+        base = compose_base()
+        node = OmegaConf.select(base, parent) if parent else base
+    except (HydraException, OmegaConfBaseException):
+        return ""
+    if not OmegaConf.is_dict(node) or name in node:
+        return ""
+    listed = f" {parent or 'The config'} has no key {name!r}; it has: {', '.join(sorted(map(str, node)))}"
+    if parent == SPEC:  # the engine settings not listed in configs/sam/spec/default.yaml are added
+        listed += f"; any other engine setting is added with a plus, +{SPEC}.{name}=... (docs/settings.md)"
+    return listed
 
 
 def load_recipe(recipe: str, config_name: str, overrides: Sequence[str], trainer: str = CORE):
@@ -128,7 +108,7 @@ def load_recipe(recipe: str, config_name: str, overrides: Sequence[str], trainer
     if trainer not in TRAINERS:
         raise RecipeError(f"unknown trainer {trainer!r}; known: {sorted(TRAINERS)}")
     cfg = compose_recipe(recipe, config_name, overrides)
-    check_override_types(compose_recipe(recipe, config_name, []), cfg, current_overrides(overrides)[0])
+    check_override_types(compose_recipe(recipe, config_name, []), cfg, overrides)
     resolve_and_validate(cfg, trainer)
     return cfg
 
@@ -241,11 +221,11 @@ def check_verl_schema(cfg) -> None:
 
 
 def check_sam(cfg) -> None:
-    stale = [key for key in OLD_SAM_KEYS if key in cfg.sam]
-    if stale:  # set in a YAML file (an override is rewritten): nothing reads sam.<key> any more
+    unknown = [key for key in cfg.sam if key not in SAM_KEYS]
+    if unknown:  # a YAML file adds keys freely, and nothing would read them
         raise RecipeError(
-            f"sam.{stale[0]} is no longer read: SAM's engine settings are {SPEC} ({SPEC}.{SWITCH} for threshold "
-            "and schedule); move it there in your YAML (docs/settings.md)"
+            f"unknown key sam.{unknown[0]}; sam has: {', '.join(SAM_KEYS)} (SAM's engine settings are {SPEC}: "
+            "docs/settings.md)"
         )
     engine_kwargs = dict(cfg.actor_rollout_ref.rollout.engine_kwargs.get("vllm") or {})
     try:
