@@ -22,10 +22,10 @@ Model, and what it leaves out:
   ``sam_step_overhead_ms``; docs/vllm-hooks.md has the evidence for its size).
 
 Policies: ``off``; a fixed threshold t (k drafts when the step schedules <= t requests); a
-schedule ``[(max_batch, k), ...]`` (what ``additional_config.sam_spec.schedule`` takes); ``oracle``,
+schedule ``[(max_batch, k), ...]`` (what ``additional_config.sam_spec.switch`` takes); ``oracle``,
 a per-step decision from the true cost model and acceptance (``benchmarks.cost_model.choose_k_arrays``: every
 running request must progress at least as fast as without drafts, then the highest token rate wins);
-``auto``, the online switch of ``schedule: "auto"`` (``sam_rollout.drafter.auto_switch``, the same compiled code as in
+``auto``, the online switch of ``switch: "auto"`` (``sam_rollout.drafter.auto_switch``, the same compiled code as in
 the engine), which knows neither: it sees each step's batch, its time (with multiplicative noise,
 ``observe_noise``) and the fluid expectation of what full drafts would be accepted, whatever k it
 chose, taken as the engine's scoring rounds take them (``sam_rollout.draft_scoring``: every row at a round

@@ -6,8 +6,8 @@ that schedules ``n`` requests drafts ``k`` tokens per request from the first pai
 drafts is the one-pair schedule ``((t, k),)``. This is vLLM's ``num_speculative_tokens_per_batch_size``
 idea, applied inside a proposer (vLLM never passes that K to ``custom_class``).
 
-A schedule is given (``additional_config.sam_spec.schedule``, checked by :func:`validate_schedule`) or
-derived offline from a step-cost model (``benchmarks.cost_model.derive_schedule``); ``schedule: "auto"``
+A schedule is given (``additional_config.sam_spec.switch`` as pairs, checked by :func:`validate_schedule`) or
+derived offline from a step-cost model (``benchmarks.cost_model.derive_schedule``); ``switch: "auto"``
 learns online instead (``sam_rollout.drafter.auto_switch``). No vLLM or verl imports here.
 """
 
