@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -58,12 +58,6 @@ class SamMetrics:
         self.started_with_store = 0  # started requests whose prompt had responses in the prompt store
         self.peak_drafter_nbytes = 0  # sampled every NBYTES_EVERY calls
         self.instance = uuid.uuid4().hex  # a restarted engine's counters are new ones, even where larger
-
-    def count_drafts(self, draft_lengths: Iterable[int]) -> None:
-        """One step's sent drafts, by their lengths (0: none sent)."""
-        sent = [length for length in draft_lengths if length > 0]
-        self.num_drafts += len(sent)
-        self.num_draft_tokens += sum(sent)
 
     def count_accepted(self, accepted: list[int]) -> None:
         """One step's measured drafts, each by how many of its tokens were accepted."""

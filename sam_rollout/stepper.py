@@ -137,19 +137,18 @@ class SamStepper:
         ``k`` (default settings.draft.k) caps the draft length, e.g. an engine's own per-step K."""
         t0 = self._clock()
         n = len(sampled_token_ids)
-        out: list[list[int]] = [[] for _ in range(n)]
+        out: list[list[int]] = [[] for _ in sampled_token_ids]
         if n == 0:
             return out
         if len(req_ids) < n:
             raise RuntimeError(f"SAM proposer: {len(req_ids)} request ids for {n} batch rows")
         req_ids = list(req_ids[:n])
-        lengths = np.asarray(num_tokens_no_spec[:n], dtype=np.int64)
+        lengths = np.asarray(num_tokens_no_spec[:n])  # any integer dtype: the drafter takes it as it is
         row_lengths = lengths.tolist()  # Python ints for the per-row work: numpy scalars cost more
         scheduled = n if num_scheduled_reqs is None else int(num_scheduled_reqs)
-        has_sampled = [len(sampled) > 0 for sampled in sampled_token_ids]
-        decode_rows = [i for i, sampled in enumerate(has_sampled) if sampled]
+        decode_rows = [i for i, sampled in enumerate(sampled_token_ids) if len(sampled)]
         started = self._start_new(req_ids, num_prompt_tokens, token_ids_cpu)
-        self._observe_last_step(req_ids, has_sampled, row_lengths)
+        self._observe_last_step(req_ids, sampled_token_ids, row_lengths)
         if self.scorer is not None:
             self.scorer.resolve(req_ids, token_ids_cpu, row_lengths)
             self._started_since_round += started
@@ -159,7 +158,7 @@ class SamStepper:
             if self._last_own_ms < OWN_TIME_SHARE * step_ms:
                 self.switch.observe_cost(scheduled, self._last_draft_tokens / scheduled, step_ms)
         try:  # every row's committed tokens (accepted + bonus), also when speculation is off
-            self.drafter.sync(req_ids, token_ids_cpu[:n], lengths)
+            self.drafter.sync(req_ids, token_ids_cpu, lengths)  # row i for req_ids[i]; the rows past n unread
         except ValueError as e:  # a row shorter than what the drafter saw: rebuild those requests
             self._resync(req_ids, num_prompt_tokens, token_ids_cpu, lengths, e)
 
@@ -207,14 +206,17 @@ class SamStepper:
         group = prompt_key(prompt) if self.settings.draft.group_aware else None
         return self.drafter.start(req_id, prompt, group=group)
 
-    def _observe_last_step(self, req_ids, has_sampled: list[bool], row_lengths: list[int]) -> None:
-        """How far each row drafted last step advanced: the acceptance metrics."""
+    def _observe_last_step(self, req_ids, sampled_token_ids, row_lengths: list[int]) -> None:
+        """How far each row drafted last step advanced (accepted tokens, then one from the target): the
+        acceptance metrics. Rows without a sampled token this step are not measured."""
         sent, self._sent = self._sent, {}
         if not sent:
             return
-        measured = [(row_lengths[i], sent[rid]) for i, rid in enumerate(req_ids) if rid in sent and has_sampled[i]]
         accepted = [
-            min(max(length - tokens_then - 1, 0), draft_length) for length, (tokens_then, draft_length) in measured
+            min(max(row_lengths[i] - tokens_then - 1, 0), draft_length)
+            for i, rid in enumerate(req_ids)
+            if rid in sent and len(sampled_token_ids[i]) > 0
+            for tokens_then, draft_length in (sent[rid],)
         ]
         self.metrics.count_accepted(accepted)
 
@@ -249,24 +251,26 @@ class SamStepper:
         the whole draft length."""
         k_proposed = self.k if scored else k
         proposal = self.drafter.propose([req_ids[i] for i in rows], k_proposed)
-        full_lengths = self._within_max_model_len(proposal.lengths.tolist(), rows, row_lengths, k_proposed)
+        full_lengths = proposal.lengths.tolist()
+        if max(row_lengths) + k_proposed > self.max_model_len:  # rows near the end: cut there
+            full_lengths = self._within_max_model_len(full_lengths, rows, row_lengths)
         if scored:
             self._score(req_ids, rows, row_lengths, proposal.tokens, full_lengths, set(scored))
         if k == 0:
             return
-        draft_lengths = [min(length, k) for length in full_lengths]
-        tokens = proposal.tokens.tolist()
-        for j, i in enumerate(rows):
-            if draft_lengths[j] > 0:
-                out[i] = tokens[j][: draft_lengths[j]]
-                self._sent[req_ids[i]] = (row_lengths[i], draft_lengths[j])
-        self.metrics.count_drafts(draft_lengths)
-        self._last_draft_tokens = sum(draft_lengths)
+        draft_tokens = 0
+        for i, row_tokens, length in zip(rows, proposal.tokens.tolist(), full_lengths):
+            length = min(length, k)
+            if length > 0:  # sent, and measured at the next step
+                out[i] = row_tokens[:length]
+                self._sent[req_ids[i]] = (row_lengths[i], length)
+                draft_tokens += length
+        self.metrics.num_drafts += len(self._sent)
+        self.metrics.num_draft_tokens += draft_tokens
+        self._last_draft_tokens = draft_tokens
 
-    def _within_max_model_len(self, draft_lengths: list[int], rows, row_lengths: list[int], k: int) -> list[int]:
+    def _within_max_model_len(self, draft_lengths: list[int], rows, row_lengths: list[int]) -> list[int]:
         """The drafts' lengths cut where they would pass max_model_len (the rule of vLLM's ngram proposer)."""
-        if max(row_lengths) + k <= self.max_model_len:  # the usual step: no row near the end
-            return draft_lengths
         room = (max(self.max_model_len - row_lengths[i], 0) for i in rows)
         return [min(length, row_room) for length, row_room in zip(draft_lengths, room)]
 
