@@ -9,7 +9,6 @@ turns the snapshots of several engines into one training step's ``rollout/sam_*`
 from __future__ import annotations
 
 import uuid
-from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
@@ -51,7 +50,7 @@ class SamMetrics:
         self.num_draft_tokens = 0
         self.num_measured_drafts = 0  # drafts whose outcome was observed
         self.num_accepted_tokens = 0
-        self.drafts_by_accepted: Counter[int] = Counter()  # measured drafts by their accepted tokens
+        self.drafts_by_accepted = [0] * (k + 1)  # [a]: measured drafts with a tokens accepted (a draft has <= k)
         self.decode_row_steps = 0  # decode rows seen (one per request per step)
         self.started = 0
         self.finished = 0
@@ -63,15 +62,14 @@ class SamMetrics:
         """One step's measured drafts, each by how many of its tokens were accepted."""
         self.num_measured_drafts += len(accepted)
         self.num_accepted_tokens += sum(accepted)
-        self.drafts_by_accepted.update(accepted)
+        for tokens in accepted:
+            self.drafts_by_accepted[tokens] += 1
 
     @property
     def accepted_per_pos(self) -> np.ndarray:
-        """[p]: measured drafts whose token p (0-based) was accepted."""
-        per_pos = np.zeros(self.k, dtype=np.int64)
-        for accepted, drafts in self.drafts_by_accepted.items():
-            per_pos[:accepted] += drafts
-        return per_pos
+        """[p]: measured drafts whose token p (0-based) was accepted, those with more than p accepted."""
+        with_at_least = np.cumsum(self.drafts_by_accepted[::-1])[::-1]  # [a]: drafts with >= a accepted
+        return with_at_least[1:]
 
     def as_dict(self) -> dict:
         m = max(self.num_measured_drafts, 1)
