@@ -258,14 +258,15 @@ class SamStepper:
             self._score(req_ids, rows, row_lengths, proposal.tokens, full_lengths, set(scored))
         if k == 0:
             return
-        draft_tokens = 0
+        sent, draft_tokens = {}, 0
         for i, row_tokens, length in zip(rows, proposal.tokens.tolist(), full_lengths):
             length = min(length, k)
-            if length > 0:  # sent, and measured at the next step
+            if length > 0:
                 out[i] = row_tokens[:length]
-                self._sent[req_ids[i]] = (row_lengths[i], length)
+                sent[req_ids[i]] = (row_lengths[i], length)
                 draft_tokens += length
-        self.metrics.num_drafts += len(self._sent)
+        self._sent = sent  # measured at the next step
+        self.metrics.num_drafts += len(sent)
         self.metrics.num_draft_tokens += draft_tokens
         self._last_draft_tokens = draft_tokens
 
