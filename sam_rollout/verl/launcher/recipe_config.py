@@ -45,6 +45,11 @@ class RecipeError(Exception):
 
 
 def recipe_dir(recipe: str) -> Path:
+    if not RECIPES.is_dir():  # an installed wheel holds no recipes: they live in the repository checkout
+        raise RecipeError(
+            f"no recipes folder at {RECIPES}: run the launcher from the repository checkout "
+            "(bash scripts/run_recipe.sh puts it first on PYTHONPATH)"
+        )
     d = RECIPES / recipe
     if not d.is_dir():
         known = sorted(p.name for p in RECIPES.iterdir() if p.is_dir())
