@@ -432,3 +432,9 @@ def test_a_malformed_model_config_fails_naming_the_file(inputs, tmp_path, text, 
         resolved("dapo_qwen3_32b", "dapo_qwen3_32b", inputs, f"actor_rollout_ref.model.path={tmp_path}")
     assert str(e.value).startswith(str(tmp_path / "config.json")) and message in str(e.value)
     assert "Hugging Face model directory's config.json" in str(e.value)
+
+
+def test_without_a_recipes_folder_the_launcher_says_to_run_from_the_checkout(monkeypatch, tmp_path):
+    monkeypatch.setattr(recipe_config, "RECIPES", tmp_path / "site-packages" / "recipes")
+    with pytest.raises(RecipeError, match="run the launcher from the repository checkout"):
+        recipe_config.recipe_dir("dapo_qwen3_32b")
