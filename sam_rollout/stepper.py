@@ -4,7 +4,8 @@ An engine adapter (``sam_rollout.vllm.proposer``, ``sam_rollout.vllm.speculator`
 ``sam_rollout.ascend.ngram_route``; each a ``StepperAdapter``, which sets its stepper up) hands ``SamStepper.step``
 its batch arrays as they are, row i being request ``req_ids[i]``, after the step's accepted tokens were
 written, and returns the drafts it gets back. The stepper starts new requests from their prompt
-(GRPO siblings grouped by prompt tokens), measures last step's acceptance, feeds every row's
+(GRPO siblings grouped by prompt tokens; a later turn or a resumed partial rollout in its trajectory's
+group, ``sam_rollout.drafter.trajectories``), measures last step's acceptance, feeds every row's
 committed tokens to the drafter (also when speculation is off) and proposes where the switch allows.
 For the online switch it also scores full drafts (``sam_rollout.draft_scoring``), from which the switch
 learns acceptance whether or not it drafts.
@@ -24,6 +25,7 @@ from sam_rollout.drafter import BatchDrafter
 from sam_rollout.drafter.auto_switch import AutoSwitch
 from sam_rollout.drafter.prompt_store import prompt_key
 from sam_rollout.drafter.switch import ScheduleSwitch
+from sam_rollout.drafter.trajectories import Trajectory, TrajectoryIndex
 from sam_rollout.metrics import SamMetrics
 from sam_rollout.settings import AUTO, SamSettings
 
@@ -32,6 +34,9 @@ NBYTES_EVERY = 64  # calls between two readings of the drafter's bytes (a sum ov
 # first use: seconds on a fresh machine) is not an engine step: the switch does not time it
 OWN_TIME_SHARE = 0.5
 COMPILE_STEPS = 32  # compile_kernels' session: several scoring rounds, plain, probing and drafted steps
+# finished requests kept for a later turn or resume of their trajectory: a whole training step's
+# trajectories on one engine (verl's DAPO recipe: 512 prompts x 16 responses, over every replica)
+TRAJECTORIES = 8192
 
 
 def compile_kernels(settings: SamSettings) -> float:
@@ -91,6 +96,10 @@ class SamStepper:
         self.scorer = DraftScorer(self.k, self.switch.score_every) if self.switch.learns_acceptance else None
         self.max_model_len = int(max_model_len)
         self.drafter = BatchDrafter(settings.draft)
+        # a trajectory's later requests join its group and its stored responses: none to join without both
+        keyed = settings.draft.group_aware or settings.draft.prompt_store
+        self._trajectories = TrajectoryIndex(TRAJECTORIES) if keyed else None
+        self._trajectory_of: dict = {}  # live request -> its Trajectory
         self.metrics = SamMetrics(self.k)
         self._sent: dict = {}  # the last step's drafts: req_id -> (num_tokens then, draft length)
         self._started_batch: list | None = None  # a batch whose requests all started (none finished since)
@@ -120,7 +129,10 @@ class SamStepper:
         if self.scorer is not None:
             self.scorer.drop(req_id)
         if req_id in self.drafter:
-            self.drafter.finish(req_id)
+            finished = self.drafter.finish(req_id)
+            trajectory = self._trajectory_of.pop(req_id)
+            if self._trajectories is not None:
+                self._trajectories.add(finished.prompt, finished.response, trajectory)
             self.metrics.finished += 1
 
     def step(
@@ -201,10 +213,16 @@ class SamStepper:
         return started
 
     def _start(self, req_id, prompt: np.ndarray) -> bool:
-        """Start a request; returns whether it drafts from the prompt store's responses too."""
-        # the prompt's key groups GRPO siblings, as it names the prompt in the store and the router
-        group = prompt_key(prompt) if self.settings.draft.group_aware else None
-        return self.drafter.start(req_id, prompt, group=group)
+        """Start a request; returns whether its trajectory's first request found stored responses."""
+        trajectory = self._trajectories.find(prompt) if self._trajectories is not None else None
+        if trajectory is None:
+            # the prompt's key groups GRPO siblings, as it names the prompt in the store and the router
+            group = prompt_key(prompt) if self.settings.draft.group_aware else None
+            trajectory = Trajectory(len(prompt), group, self.drafter.start(req_id, prompt, group=group))
+        else:  # a later turn or a resumed partial rollout: a prompt is its first prompt
+            self.drafter.start(req_id, prompt, group=trajectory.group, first_prompt_length=trajectory.prompt_length)
+        self._trajectory_of[req_id] = trajectory
+        return trajectory.with_store
 
     def _observe_last_step(self, req_ids, sampled_token_ids, row_lengths: list[int]) -> None:
         """How far each row drafted last step advanced (accepted tokens, then one from the target): the

@@ -36,6 +36,23 @@ def test_stats_hits_and_misses():
     assert (s.hits, s.offered_tokens, s.prompts, s.responses, s.tokens, s.added_responses) == (1, 30, 1, 2, 30, 2)
 
 
+def test_a_continued_trajectory_replaces_what_it_extends():
+    store = PromptStore(1 << 20, 1000)
+    store.add(PROMPT_A, tokens(10))  # a trajectory's first turn
+    store.add(PROMPT_A, tokens(5))  # a sibling's response: a prefix, but not continued by the next add
+    store.add(PROMPT_A, tokens(3, 50))
+    store.add(PROMPT_A, tokens(20), continues=True)  # the trajectory's later turn: both prefixes go
+    assert [r.tolist() for r in store.responses(PROMPT_A, visit=False)] == [tokens(3, 50).tolist(), tokens(20).tolist()]
+    store.add(PROMPT_A, tokens(20), continues=True)  # the same text again (nothing new): kept twice
+    s = store.stats()
+    assert (s.responses, s.tokens, s.added_responses, s.dropped_responses) == (3, 43, 5, 0)
+    assert (s.hits, s.misses, s.offered_tokens) == (0, 0, 0)  # visit=False counts nothing
+    fresh = PromptStore(1 << 20, 1000)  # what is held is accounted as if only the kept ones were added
+    for response in (tokens(3, 50), tokens(20), tokens(20)):
+        fresh.add(PROMPT_A, response)
+    assert store.nbytes == fresh.nbytes
+
+
 def test_per_prompt_cap_keeps_the_newest_and_the_beginning_of_a_long_one():
     store = PromptStore(1 << 20, 25)
     for i in range(4):

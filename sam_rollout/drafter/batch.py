@@ -138,6 +138,14 @@ class _Automata:
         return self.arrays[a][layout.T_LOG]
 
 
+class Finished(NamedTuple):
+    """A finished request's trajectory: its first prompt, and everything after it up to this request's end
+    (a continuation's earlier turns and tool outputs, then its own tokens)."""
+
+    prompt: np.ndarray
+    response: np.ndarray
+
+
 class _Group:
     __slots__ = ("automaton", "prompt", "members", "store")
 
@@ -158,6 +166,7 @@ class BatchDrafter:
         self._free_slots = list(range(15, -1, -1))
         self._slot: dict[Hashable, int] = {}
         self._group_of: dict[Hashable, Hashable] = {}
+        self._continued: dict[Hashable, int] = {}  # a continuation: the trajectory tokens its prompt held
         self._groups: dict[Hashable, _Group] = {}
         self._history = np.full(layout.NUM_HISTORY, -1, dtype=np.int64)  # newest generation first
         self._need = np.zeros(layout.NEED_WIDTH, dtype=np.int64)
@@ -174,22 +183,29 @@ class BatchDrafter:
             self._history[0] = self._automata.new()
 
     # ------------------------------------------------------------------ life cycle --------------
-    def start(self, req_id: Hashable, prompt, group: Hashable | None = None) -> bool:
+    def start(
+        self, req_id: Hashable, prompt, group: Hashable | None = None, first_prompt_length: int | None = None
+    ) -> bool:
         """Begin a request. Siblings pass the same `group` and must pass the same prompt. With the
         prompt store on, a new group's automaton also gets the stored responses to its prompt.
-        Returns whether the request drafts from stored responses (its group found some)."""
+        A request that continues a trajectory (a later turn, a resumed partial rollout) passes its first
+        prompt's length: that prefix of `prompt` is the group's prompt and names its stored responses
+        (looked up without counting a visit), and the rest (the trajectory's text so far) is the request's
+        own text, as if it had generated it. Returns whether the request drafts from stored responses
+        (its group found some)."""
         if req_id in self._slot:
             raise ValueError(f"request {req_id!r} was already started")
         prompt = as_token_array(prompt, f"prompt of request {req_id!r}")
+        first = prompt if first_prompt_length is None else self._first_prompt(req_id, prompt, first_prompt_length)
         key = ("group", group) if (group is not None and self.config.group_aware) else ("own", req_id)
         entry = self._groups.get(key)
         if entry is None:
-            entry = _Group(self._automata.new(len(prompt)), prompt.copy())
+            entry = _Group(self._automata.new(len(first)), first.copy())
             a = entry.automaton
-            self._automata.meta[a, layout.M_PROMPT : layout.M_PROMPT + layout.MEMBER_WIDTH] = self._insert(a, prompt)
-            entry.store = self._stored_responses(prompt)
+            self._automata.meta[a, layout.M_PROMPT : layout.M_PROMPT + layout.MEMBER_WIDTH] = self._insert(a, first)
+            entry.store = self._stored_responses(first, visit=first_prompt_length is None)
             self._groups[key] = entry
-        elif not np.array_equal(entry.prompt, prompt):
+        elif not np.array_equal(entry.prompt, first):
             raise ValueError(f"request {req_id!r} joins group {group!r} with a different prompt than its siblings")
         entry.members += 1
         slot = self._take_slot()
@@ -200,27 +216,43 @@ class BatchDrafter:
         row[layout.R_MEMBER : layout.R_MEMBER + layout.MEMBER_WIDTH] = self._automata.meta[
             a, layout.M_PROMPT : layout.M_PROMPT + layout.MEMBER_WIDTH
         ]
-        row[layout.R_TOKENS] = len(prompt)
+        row[layout.R_TOKENS] = len(first)
         row[layout.R_FIRST] = -1
         row[layout.R_GUESS] = -1
         row[layout.R_STORE_AUTO] = entry.store
         if entry.store >= 0:  # the prompt is matched in full there
             row[layout.R_STORE] = self._automata.meta[entry.store, layout.M_PROMPT + layout.MB_STATE]
-            row[layout.R_STORE + 1] = len(prompt)
+            row[layout.R_STORE + 1] = len(first)
         self._slot[req_id] = slot
         self._group_of[req_id] = key
-        build.track_history(self._automata.table, self._cursor, self._history, slot, prompt)
+        build.track_history(self._automata.table, self._cursor, self._history, slot, first)
+        if first_prompt_length is not None:
+            self._continued[req_id] = len(prompt) - len(first)
+            self.extend([req_id], prompt[len(first) :], [len(prompt) - len(first)])
         return entry.store >= 0
 
-    def finish(self, req_id: Hashable, keep: bool = True) -> None:
-        """End a request and free what only it used; its response joins the history and the prompt
-        store if enabled. keep=False drops the response (a request about to be restarted from its
-        row: its full text arrives when it really finishes, so keeping this part would store it twice)."""
+    @staticmethod
+    def _first_prompt(req_id: Hashable, prompt: np.ndarray, length) -> np.ndarray:
+        if isinstance(length, bool) or not isinstance(length, (int, np.integer)) or not 0 < length <= len(prompt):
+            raise ValueError(
+                f"first_prompt_length of request {req_id!r} must be an integer in 1..{len(prompt)} (its prompt's "
+                f"tokens), got {length!r}"
+            )
+        return prompt[: int(length)]
+
+    def finish(self, req_id: Hashable, keep: bool = True) -> Finished:
+        """End a request and free what only it used; what it generated joins the history, and its
+        trajectory's text after the first prompt the prompt store (replacing that trajectory's earlier
+        part there), if enabled. keep=False drops them (a request about to be restarted from its
+        row: its full text arrives when it really finishes, so keeping this part would store it twice).
+        Returns the trajectory's first prompt and text after it."""
         slot = self._slot_of(req_id)
         key = self._group_of.pop(req_id)
         entry = self._groups[key]
+        continued = self._continued.pop(req_id, None)
+        response = self._response(slot, len(entry.prompt))
         if keep:
-            self._keep_response(entry.prompt, self._response(slot, len(entry.prompt)))
+            self._keep_response(entry.prompt, response, continued)
         del self._slot[req_id]
         entry.members -= 1
         if entry.members == 0:
@@ -229,6 +261,7 @@ class BatchDrafter:
                 self._automata.free(entry.store)
             del self._groups[key]
         self._free_slots.append(slot)
+        return Finished(entry.prompt, response)
 
     def load_prompt_store(self, path: str) -> str | None:
         """Replace the prompt store by the one saved at `path` (`PromptStore.load`, fitted to this
@@ -408,10 +441,10 @@ class BatchDrafter:
             self._free_slots = list(range(2 * n - 1, n - 1, -1))
         return self._free_slots.pop()
 
-    def _stored_responses(self, prompt: np.ndarray) -> int:
+    def _stored_responses(self, prompt: np.ndarray, visit: bool) -> int:
         """An automaton of the prompt and its stored responses (each continuing the prompt), or -1
-        when the prompt store is off or holds none."""
-        responses = self.prompt_store.responses(prompt) if self.prompt_store is not None else []
+        when the prompt store is off or holds none. `visit`: count the lookup (`PromptStore.responses`)."""
+        responses = self.prompt_store.responses(prompt, visit) if self.prompt_store is not None else []
         if not responses:
             return -1
         a = self._automata.new(len(prompt) + sum(r.size for r in responses))
@@ -431,12 +464,13 @@ class BatchDrafter:
             )
         return response
 
-    def _keep_response(self, prompt: np.ndarray, response: np.ndarray) -> None:
-        """A finished response feeds the history and, keyed by its prompt, the prompt store."""
+    def _keep_response(self, prompt: np.ndarray, response: np.ndarray, continued: int | None) -> None:
+        """A finished response feeds the history (what this request generated: past the trajectory tokens
+        a continuation started with) and, keyed by its first prompt, the prompt store (the whole of it)."""
         if self.config.history_tokens > 0:
-            self._add_to_history(response)
+            self._add_to_history(response[continued or 0 :])
         if self.prompt_store is not None:
-            self.prompt_store.add(prompt, response)
+            self.prompt_store.add(prompt, response, continues=continued is not None)
 
     def _add_to_history(self, response: np.ndarray) -> None:
         count = response.size

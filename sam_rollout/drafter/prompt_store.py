@@ -88,21 +88,29 @@ class PromptStore:
         self._entries: OrderedDict[bytes, _Entry] = OrderedDict()
         self._stats = PromptStoreStats()
 
-    def responses(self, prompt: np.ndarray) -> list[np.ndarray]:
-        """The stored responses to this prompt (oldest first) for a new visit; counts a hit or miss."""
+    def responses(self, prompt: np.ndarray, visit: bool = True) -> list[np.ndarray]:
+        """The stored responses to this prompt (oldest first) for a new visit; counts a hit or miss,
+        unless `visit` is False: a later request of a trajectory (a later turn, a resumed partial
+        rollout), whose visit its first request counted."""
         entry = self._entries.get(prompt_key(prompt))
-        if entry is None:
+        if entry is not None and visit:
+            self._stats.hits += 1
+            self._stats.offered_tokens += entry.tokens
+        elif visit:
             self._stats.misses += 1
-            return []
-        self._stats.hits += 1
-        self._stats.offered_tokens += entry.tokens
-        return list(entry.responses)
+        return [] if entry is None else list(entry.responses)
 
-    def add(self, prompt: np.ndarray, response: np.ndarray) -> None:
-        """Keep a finished response (copied) as the newest of its prompt; evict to stay in budget."""
+    def add(self, prompt: np.ndarray, response: np.ndarray, continues: bool = False) -> None:
+        """Keep a finished response (copied) as the newest of its prompt; evict to stay in budget.
+        `continues`: the response is a trajectory's text so far, whose earlier part (a turn before, an
+        aborted attempt) may be stored; stored responses that it extends go, so a trajectory is kept once."""
         if response.size == 0:
             return
-        self._add(prompt_key(prompt), [np.array(response[: self.tokens_per_prompt], dtype=np.int32)])
+        key = prompt_key(prompt)
+        kept = np.array(response[: self.tokens_per_prompt], dtype=np.int32)
+        if continues and key in self._entries:
+            self._drop_extended(self._entries[key], kept)
+        self._add(key, [kept])
 
     def items(self) -> Iterator[tuple[bytes, list[np.ndarray]]]:
         """(key, responses oldest first) per prompt, least recently updated prompt first."""
@@ -255,6 +263,17 @@ class PromptStore:
             self._stats.dropped_responses += 1
         while self._stats.nbytes > self.budget_bytes and self._entries:
             self._evict_oldest()
+
+    def _drop_extended(self, entry: _Entry, response: np.ndarray) -> None:
+        """Drop the entry's responses that `response` extends (each a strict prefix of it)."""
+        kept = []
+        for old in entry.responses:
+            if old.size < response.size and np.array_equal(old, response[: old.size]):
+                entry.tokens -= old.size
+                self._account(-1, -old.size)
+            else:
+                kept.append(old)
+        entry.responses = kept
 
     def stats(self) -> PromptStoreStats:
         return PromptStoreStats(**asdict(self._stats))
