@@ -10,6 +10,8 @@ prompt, as raw tokens, within a byte budget.
 - Per prompt, the newest responses up to `tokens_per_prompt` tokens (older ones of that prompt go
   first; a longer response keeps its beginning, where the next visit's drafts start).
 - Over the byte budget, whole prompts go, least recently updated first.
+- A trajectory (a multi-turn rollout, a resumed partial one) is stored once under its first prompt: its
+  later text replaces the stored text it extends (`add(..., continues=True)`).
 - `nbytes` counts the token arrays, the keys and a fixed allowance per prompt and per response for the
   Python objects around them (measured by tests/test_prompt_store.py with tracemalloc).
 - `save`/`load`: a versioned file (docs/prompt-store.md), so the store outlives the engine (a training
