@@ -98,7 +98,8 @@ class SamStepper:
         self.drafter = BatchDrafter(settings.draft)
         # a trajectory's later requests join its group and its stored responses: none to join without both
         keyed = settings.draft.group_aware or settings.draft.prompt_store
-        self._trajectories = TrajectoryIndex(TRAJECTORIES) if keyed else None
+        # up to k tokens of a finished text may be past its stop (accepted drafts the engine drops)
+        self._trajectories = TrajectoryIndex(TRAJECTORIES, dropped_tokens=self.k) if keyed else None
         self._trajectory_of: dict = {}  # live request -> its Trajectory
         self.metrics = SamMetrics(self.k)
         self._sent: dict = {}  # the last step's drafts: req_id -> (num_tokens then, draft length)
@@ -214,13 +215,14 @@ class SamStepper:
 
     def _start(self, req_id, prompt: np.ndarray) -> bool:
         """Start a request; returns whether its trajectory's first request found stored responses."""
-        trajectory = self._trajectories.find(prompt) if self._trajectories is not None else None
-        if trajectory is None:
+        continues = self._trajectories.find(prompt) if self._trajectories is not None else None
+        if continues is None:
             # the prompt's key groups GRPO siblings, as it names the prompt in the store and the router
             group = prompt_key(prompt) if self.settings.draft.group_aware else None
             trajectory = Trajectory(len(prompt), group, self.drafter.start(req_id, prompt, group=group))
         else:  # a later turn or a resumed partial rollout: a prompt is its first prompt
-            self.drafter.start(req_id, prompt, group=trajectory.group, first_prompt_length=trajectory.prompt_length)
+            trajectory = continues.trajectory
+            self.drafter.start(req_id, prompt, group=trajectory.group, continues=continues)
         self._trajectory_of[req_id] = trajectory
         return trajectory.with_store
 

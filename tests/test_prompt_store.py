@@ -36,21 +36,31 @@ def test_stats_hits_and_misses():
     assert (s.hits, s.offered_tokens, s.prompts, s.responses, s.tokens, s.added_responses) == (1, 30, 1, 2, 30, 2)
 
 
-def test_a_continued_trajectory_replaces_what_it_extends():
+def test_a_trajectory_replaces_its_earlier_text():
     store = PromptStore(1 << 20, 1000)
-    store.add(PROMPT_A, tokens(10))  # a trajectory's first turn
-    store.add(PROMPT_A, tokens(5))  # a sibling's response: a prefix, but not continued by the next add
-    store.add(PROMPT_A, tokens(3, 50))
-    store.add(PROMPT_A, tokens(20), continues=True)  # the trajectory's later turn: both prefixes go
-    assert [r.tolist() for r in store.responses(PROMPT_A, visit=False)] == [tokens(3, 50).tolist(), tokens(20).tolist()]
-    store.add(PROMPT_A, tokens(20), continues=True)  # the same text again (nothing new): kept twice
+    store.add(PROMPT_A, tokens(10))  # a sibling's response, equal to the trajectory's first turn
+    store.add(PROMPT_A, tokens(10))  # the trajectory's first turn
+    store.add(PROMPT_B, tokens(4))
+    store.add(PROMPT_A, tokens(20), replaces=tokens(10))  # its later turn: the newest equal one goes
+    store.add(PROMPT_A, tokens(3, 50), replaces=tokens(3, 60))  # nothing equal: nothing goes
+    assert [r.tolist() for r in store.responses(PROMPT_A, visit=False)] == [
+        tokens(10).tolist(),
+        tokens(20).tolist(),
+        tokens(3, 50).tolist(),
+    ]
     s = store.stats()
-    assert (s.responses, s.tokens, s.added_responses, s.dropped_responses) == (3, 43, 5, 0)
+    assert (s.responses, s.tokens, s.added_responses, s.dropped_responses) == (4, 37, 5, 0)
     assert (s.hits, s.misses, s.offered_tokens) == (0, 0, 0)  # visit=False counts nothing
     fresh = PromptStore(1 << 20, 1000)  # what is held is accounted as if only the kept ones were added
-    for response in (tokens(3, 50), tokens(20), tokens(20)):
+    fresh.add(PROMPT_B, tokens(4))
+    for response in (tokens(10), tokens(20), tokens(3, 50)):
         fresh.add(PROMPT_A, response)
     assert store.nbytes == fresh.nbytes
+    capped = PromptStore(1 << 20, 8)
+    capped.add(PROMPT_A, tokens(10))
+    capped.add(PROMPT_A, tokens(12), replaces=tokens(10))  # equal as added: both cut to the cap
+    assert [r.tolist() for r in capped.responses(PROMPT_A)] == [tokens(8).tolist()]
+    assert capped.stats().dropped_responses == 0
 
 
 def test_per_prompt_cap_keeps_the_newest_and_the_beginning_of_a_long_one():

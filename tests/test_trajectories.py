@@ -11,7 +11,7 @@ import pytest
 
 from sam_rollout.drafter import SOURCE_STORE
 from sam_rollout.drafter.prompt_store import prompt_key
-from sam_rollout.drafter.trajectories import Trajectory, TrajectoryIndex
+from sam_rollout.drafter.trajectories import Continuation, Trajectory, TrajectoryIndex
 from sam_rollout.settings import SamSettings
 from sam_rollout.stepper import SamStepper
 
@@ -180,44 +180,84 @@ def test_without_group_or_store_nothing_is_kept():
     engine.finish("a")
 
 
+def test_a_turn_whose_text_ran_past_its_stop_is_still_continued():
+    """The last step accepted drafts past the stop: the drafter saw 2 tokens the output (and so the next
+    turn's prompt) does not hold. The next turn still continues the trajectory and replaces that text."""
+    engine = Engine()  # k = 3: up to 3 tokens past a stop
+    engine.add("a", PROMPT)
+    engine.generate("a", np.concatenate([span(2000, 8), [2999, 2998]]))
+    engine.finish("a")
+    engine.add("a2", np.concatenate([PROMPT, span(2000, 8), span(4000, 5)]))
+    engine.generate("a2", span(2100, 4))
+    engine.finish("a2")
+    assert stored(engine) == {
+        prompt_key(PROMPT): [np.concatenate([span(2000, 8), span(4000, 5), span(2100, 4)]).tolist()]
+    }
+    assert engine.lookups() == 1
+
+
 # -- the index ---------------------------------------------------------------------------------------
+def text(*parts):
+    return np.concatenate([np.asarray(p, dtype=np.int32) for p in parts])
+
+
+def fields(found: Continuation) -> tuple:
+    return found.trajectory, found.earlier_length, found.rest.tolist()
+
+
 def test_index_finds_the_longest_text_a_prompt_starts_with():
-    index = TrajectoryIndex(8)
+    index = TrajectoryIndex(8, dropped_tokens=0)
     first, later = Trajectory(3, "g", True), Trajectory(3, "g", False)
     index.add(span(0, 3), span(10, 2), first)
-    index.add(span(0, 3), np.concatenate([span(10, 2), span(20, 4)]), later)
+    index.add(span(0, 3), text(span(10, 2), span(20, 4)), later)
     index.add(span(0, 3), np.empty(0, dtype=np.int32), Trajectory(3, "none", False))  # nothing to tie
     assert len(index) == 2
-    assert index.find(np.concatenate([span(0, 3), span(10, 2)])) is first  # the text itself: a resume
-    assert index.find(np.concatenate([span(0, 3), span(10, 2), [99]])) is first
-    assert index.find(np.concatenate([span(0, 3), span(10, 2), span(20, 4), [99]])) is later
-    assert index.find(span(0, 3)) is None and index.find(np.concatenate([span(0, 3), [11, 10]])) is None
+    assert fields(index.find(text(span(0, 3), span(10, 2)))) == (first, 2, [])  # the text itself: a resume
+    assert fields(index.find(text(span(0, 3), span(10, 2), [99]))) == (first, 2, [])
+    assert fields(index.find(text(span(0, 3), span(10, 2), span(20, 4), [99]))) == (later, 6, [])
+    assert index.find(span(0, 3)) is None and index.find(text(span(0, 3), [11, 10])) is None
     assert index.find(np.empty(0, dtype=np.int32)) is None
 
 
+def test_index_allows_dropped_tokens_but_keeps_a_response_token():
+    index = TrajectoryIndex(8, dropped_tokens=2)
+    trajectory = Trajectory(3, "g", False)
+    index.add(span(0, 3), span(10, 6), trajectory)  # the engine may have kept only 10..13
+    found = index.find(text(span(0, 3), span(10, 4), [99]))
+    assert found.trajectory is trajectory and found.earlier_length == 4 and found.rest.tolist() == [14, 15]
+    assert found.earlier_response(text(span(10, 4), [99, 7])).tolist() == span(10, 6).tolist()
+    assert index.find(text(span(0, 3), span(10, 3), [99])) is None  # 3 dropped: more than 2
+    short = TrajectoryIndex(8, dropped_tokens=2)
+    short.add(span(0, 3), text([10, 11]), trajectory)
+    assert short.find(text(span(0, 3), [10, 99])).rest.tolist() == [11]
+    assert short.find(text(span(0, 3), [99])) is None  # a prefix of the prompt alone ties nothing
+
+
 def test_index_keeps_the_newest_capacity_texts():
-    index = TrajectoryIndex(3)
+    index = TrajectoryIndex(3, dropped_tokens=1)
     texts = [(np.array([p], dtype=np.int32), np.array([100 + p], dtype=np.int32)) for p in range(5)]
     for p, (prompt, response) in enumerate(texts):
         index.add(prompt, response, Trajectory(1, p, False))
     assert len(index) == 3
-    found = [index.find(np.concatenate([prompt, response, [7]])) for prompt, response in texts]
-    assert [t.group if t else None for t in found] == [None, None, 2, 3, 4]
+    found = [index.find(text(prompt, response, [7])) for prompt, response in texts]
+    assert [c.trajectory.group if c else None for c in found] == [None, None, 2, 3, 4]
     with pytest.raises(ValueError, match="capacity"):
-        TrajectoryIndex(0)
+        TrajectoryIndex(0, dropped_tokens=1)
 
 
 def test_index_hash_collisions_are_confirmed():
     """Texts of equal length and polynomial hash but other tokens are not a match (BLAKE2b confirms)."""
-    index = TrajectoryIndex(4)
+    index = TrajectoryIndex(4, dropped_tokens=0)
     index.add(np.array([1], dtype=np.int32), np.array([2], dtype=np.int32), Trajectory(1, "g", False))
     index._hashes[0] = index._prefix_hashes(np.array([5, 6], dtype=np.int32))[-1]  # a forged collision
     assert index.find(np.array([5, 6, 7], dtype=np.int32)) is None
 
 
-def test_drafter_rejects_a_bad_first_prompt_length():
+def test_drafter_rejects_a_continuation_its_prompt_cannot_hold():
     engine = Engine()
-    for bad in (0, 6, True, 2.0):
-        with pytest.raises(ValueError, match="first_prompt_length"):
-            engine.stepper.drafter.start("r", PROMPT, first_prompt_length=bad)
+    for length, earlier in ((0, 1), (5, 1), (6, 0)):
+        with pytest.raises(ValueError, match="cannot hold"):
+            engine.stepper.drafter.start(
+                "r", PROMPT, continues=Continuation(Trajectory(length, None, False), earlier, [])
+            )
     assert "r" not in engine.stepper.drafter

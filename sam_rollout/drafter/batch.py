@@ -21,6 +21,7 @@ from . import build, draft, layout, token_log
 from .config import COUNTED_CONTINUATIONS, DraftConfig
 from .pages import int32_array
 from .prompt_store import PromptStore
+from .trajectories import Continuation
 
 _INT32_MAX = np.iinfo(np.int32).max
 
@@ -166,7 +167,8 @@ class BatchDrafter:
         self._free_slots = list(range(15, -1, -1))
         self._slot: dict[Hashable, int] = {}
         self._group_of: dict[Hashable, Hashable] = {}
-        self._continued: dict[Hashable, int] = {}  # a continuation: the trajectory tokens its prompt held
+        # a live request that continues a trajectory: where, and its prompt's tokens past the first prompt
+        self._continues: dict[Hashable, tuple[Continuation, int]] = {}
         self._groups: dict[Hashable, _Group] = {}
         self._history = np.full(layout.NUM_HISTORY, -1, dtype=np.int64)  # newest generation first
         self._need = np.zeros(layout.NEED_WIDTH, dtype=np.int64)
@@ -184,26 +186,26 @@ class BatchDrafter:
 
     # ------------------------------------------------------------------ life cycle --------------
     def start(
-        self, req_id: Hashable, prompt, group: Hashable | None = None, first_prompt_length: int | None = None
+        self, req_id: Hashable, prompt, group: Hashable | None = None, continues: Continuation | None = None
     ) -> bool:
         """Begin a request. Siblings pass the same `group` and must pass the same prompt. With the
         prompt store on, a new group's automaton also gets the stored responses to its prompt.
-        A request that continues a trajectory (a later turn, a resumed partial rollout) passes its first
-        prompt's length: that prefix of `prompt` is the group's prompt and names its stored responses
-        (looked up without counting a visit), and the rest (the trajectory's text so far) is the request's
-        own text, as if it had generated it. Returns whether the request drafts from stored responses
-        (its group found some)."""
+        A request that continues a trajectory (a later turn, a resumed partial rollout) passes where
+        (`sam_rollout.drafter.trajectories`): its first prompt's tokens of `prompt` are the group's
+        prompt and name its stored responses (looked up without counting a visit), and the rest (the
+        trajectory's text so far) is the request's own text, as if it had generated it. Returns whether
+        the request drafts from stored responses (its group found some)."""
         if req_id in self._slot:
             raise ValueError(f"request {req_id!r} was already started")
         prompt = as_token_array(prompt, f"prompt of request {req_id!r}")
-        first = prompt if first_prompt_length is None else self._first_prompt(req_id, prompt, first_prompt_length)
+        first = prompt if continues is None else self._first_prompt(req_id, prompt, continues)
         key = ("group", group) if (group is not None and self.config.group_aware) else ("own", req_id)
         entry = self._groups.get(key)
         if entry is None:
             entry = _Group(self._automata.new(len(first)), first.copy())
             a = entry.automaton
             self._automata.meta[a, layout.M_PROMPT : layout.M_PROMPT + layout.MEMBER_WIDTH] = self._insert(a, first)
-            entry.store = self._stored_responses(first, visit=first_prompt_length is None)
+            entry.store = self._stored_responses(first, visit=continues is None)
             self._groups[key] = entry
         elif not np.array_equal(entry.prompt, first):
             raise ValueError(f"request {req_id!r} joins group {group!r} with a different prompt than its siblings")
@@ -226,19 +228,20 @@ class BatchDrafter:
         self._slot[req_id] = slot
         self._group_of[req_id] = key
         build.track_history(self._automata.table, self._cursor, self._history, slot, first)
-        if first_prompt_length is not None:
-            self._continued[req_id] = len(prompt) - len(first)
+        if continues is not None:
+            self._continues[req_id] = (continues, len(prompt) - len(first))
             self.extend([req_id], prompt[len(first) :], [len(prompt) - len(first)])
         return entry.store >= 0
 
     @staticmethod
-    def _first_prompt(req_id: Hashable, prompt: np.ndarray, length) -> np.ndarray:
-        if isinstance(length, bool) or not isinstance(length, (int, np.integer)) or not 0 < length <= len(prompt):
+    def _first_prompt(req_id: Hashable, prompt: np.ndarray, continues: Continuation) -> np.ndarray:
+        length, earlier = continues.trajectory.prompt_length, continues.earlier_length
+        if not 0 < length <= length + earlier <= len(prompt):
             raise ValueError(
-                f"first_prompt_length of request {req_id!r} must be an integer in 1..{len(prompt)} (its prompt's "
-                f"tokens), got {length!r}"
+                f"request {req_id!r} continues a trajectory of a {length}-token first prompt and {earlier} more "
+                f"tokens, which its {len(prompt)}-token prompt cannot hold"
             )
-        return prompt[: int(length)]
+        return prompt[:length]
 
     def finish(self, req_id: Hashable, keep: bool = True) -> Finished:
         """End a request and free what only it used; what it generated joins the history, and its
@@ -249,10 +252,10 @@ class BatchDrafter:
         slot = self._slot_of(req_id)
         key = self._group_of.pop(req_id)
         entry = self._groups[key]
-        continued = self._continued.pop(req_id, None)
+        continues, own_start = self._continues.pop(req_id, (None, 0))
         response = self._response(slot, len(entry.prompt))
         if keep:
-            self._keep_response(entry.prompt, response, continued)
+            self._keep_response(entry.prompt, response, continues, own_start)
         del self._slot[req_id]
         entry.members -= 1
         if entry.members == 0:
@@ -464,13 +467,17 @@ class BatchDrafter:
             )
         return response
 
-    def _keep_response(self, prompt: np.ndarray, response: np.ndarray, continued: int | None) -> None:
-        """A finished response feeds the history (what this request generated: past the trajectory tokens
-        a continuation started with) and, keyed by its first prompt, the prompt store (the whole of it)."""
+    def _keep_response(
+        self, prompt: np.ndarray, response: np.ndarray, continues: Continuation | None, own_start: int
+    ) -> None:
+        """A finished response feeds the history (what this request generated: from `own_start`, past the
+        trajectory a continuation started with) and, keyed by its first prompt, the prompt store (all of
+        it, replacing the trajectory's earlier text there)."""
         if self.config.history_tokens > 0:
-            self._add_to_history(response[continued or 0 :])
+            self._add_to_history(response[own_start:])
         if self.prompt_store is not None:
-            self.prompt_store.add(prompt, response, continues=continued is not None)
+            replaces = continues.earlier_response(response) if continues is not None else None
+            self.prompt_store.add(prompt, response, replaces=replaces)
 
     def _add_to_history(self, response: np.ndarray) -> None:
         count = response.size

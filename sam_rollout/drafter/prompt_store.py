@@ -11,7 +11,7 @@ prompt, as raw tokens, within a byte budget.
   first; a longer response keeps its beginning, where the next visit's drafts start).
 - Over the byte budget, whole prompts go, least recently updated first.
 - A trajectory (a multi-turn rollout, a resumed partial one) is stored once under its first prompt: its
-  later text replaces the stored text it extends (`add(..., continues=True)`).
+  later text replaces its earlier text there (`add(..., replaces=...)`).
 - `nbytes` counts the token arrays, the keys and a fixed allowance per prompt and per response for the
   Python objects around them (measured by tests/test_prompt_store.py with tracemalloc).
 - `save`/`load`: a versioned file (docs/prompt-store.md), so the store outlives the engine (a training
@@ -102,17 +102,16 @@ class PromptStore:
             self._stats.misses += 1
         return [] if entry is None else list(entry.responses)
 
-    def add(self, prompt: np.ndarray, response: np.ndarray, continues: bool = False) -> None:
+    def add(self, prompt: np.ndarray, response: np.ndarray, replaces: np.ndarray | None = None) -> None:
         """Keep a finished response (copied) as the newest of its prompt; evict to stay in budget.
-        `continues`: the response is a trajectory's text so far, whose earlier part (a turn before, an
-        aborted attempt) may be stored; stored responses that it extends go, so a trajectory is kept once."""
+        `replaces`: the response's trajectory's earlier text as it was added (a turn before, an aborted
+        attempt); the newest stored response equal to it goes, so a trajectory is kept once."""
         if response.size == 0:
             return
         key = prompt_key(prompt)
-        kept = np.array(response[: self.tokens_per_prompt], dtype=np.int32)
-        if continues and key in self._entries:
-            self._drop_extended(self._entries[key], kept)
-        self._add(key, [kept])
+        if replaces is not None and key in self._entries:
+            self._drop_equal(self._entries[key], replaces[: self.tokens_per_prompt])
+        self._add(key, [np.array(response[: self.tokens_per_prompt], dtype=np.int32)])
 
     def items(self) -> Iterator[tuple[bytes, list[np.ndarray]]]:
         """(key, responses oldest first) per prompt, least recently updated prompt first."""
@@ -266,16 +265,15 @@ class PromptStore:
         while self._stats.nbytes > self.budget_bytes and self._entries:
             self._evict_oldest()
 
-    def _drop_extended(self, entry: _Entry, response: np.ndarray) -> None:
-        """Drop the entry's responses that `response` extends (each a strict prefix of it)."""
-        kept = []
-        for old in entry.responses:
-            if old.size < response.size and np.array_equal(old, response[: old.size]):
+    def _drop_equal(self, entry: _Entry, response: np.ndarray) -> None:
+        """Drop the entry's newest response equal to `response`, if any."""
+        for i in range(len(entry.responses) - 1, -1, -1):
+            old = entry.responses[i]
+            if np.array_equal(old, response):
+                del entry.responses[i]
                 entry.tokens -= old.size
                 self._account(-1, -old.size)
-            else:
-                kept.append(old)
-        entry.responses = kept
+                return
 
     def stats(self) -> PromptStoreStats:
         return PromptStoreStats(**asdict(self._stats))
