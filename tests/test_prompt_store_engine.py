@@ -68,3 +68,23 @@ def test_save_then_load_lets_revisits_draft_from_the_saved_store(model_dir, tmp_
         output = first[i * SIBLINGS]
         for response in stored[prompt_key(np.array(prompt))]:
             assert response[: len(output)].tolist() == output and len(response) <= len(output) + K
+
+
+def test_a_later_turn_is_stored_with_its_first_prompt(model_dir, tmp_path):  # noqa: F811
+    """Turn 2 of a multi-turn rollout (first prompt + turn 1's output + tool tokens: a new request, as verl
+    sends it) continues the trajectory: no second store lookup, and one stored response holding both turns."""
+    path = str(tmp_path / "store.npz")
+    llm = LLM(model_dir, **ENGINE_KW, **sam_engine_kwargs(K, switch=None, prompt_store=True))
+    try:
+        prompt, tool = PROMPTS[0], [28, 5, 2, 260]
+        turn1 = list(llm.generate(as_inputs([prompt]), GREEDY)[0].outputs[0].token_ids)
+        turn2 = list(llm.generate(as_inputs([prompt + turn1 + tool]), GREEDY)[0].outputs[0].token_ids)
+        store = sam_metrics(llm)["prompt_store"]
+        llm.collective_rpc("sam_spec_save_prompt_store", args=(path,))
+    finally:
+        shutdown(llm)
+    assert (store["hits"] + store["misses"], store["prompts"], store["responses"]) == (1, 1, 1), store
+    file_store, problem = PromptStore.load(path, 1 << 30, 16384)
+    (response,) = dict(file_store.items())[prompt_key(np.array(prompt))]
+    whole = turn1 + tool + turn2  # and up to K tokens accepted past max_tokens
+    assert problem is None and response[: len(whole)].tolist() == whole and len(response) <= len(whole) + K
