@@ -96,7 +96,7 @@ class SamStepper:
         self.scorer = DraftScorer(self.k, self.switch.score_every) if self.switch.learns_acceptance else None
         self.max_model_len = int(max_model_len)
         self.drafter = BatchDrafter(settings.draft)
-        # a trajectory's later requests join its group and its stored responses: none to join without both
+        # a trajectory's later requests join its group and its stored responses: nothing to join with neither
         keyed = settings.draft.group_aware or settings.draft.prompt_store
         # up to k tokens of a finished text may be past its stop (accepted drafts the engine drops)
         self._trajectories = TrajectoryIndex(TRAJECTORIES, dropped_tokens=self.k) if keyed else None
