@@ -31,7 +31,7 @@ def config(tmp_path, *overrides):
             "data.train_files=/t",
             "data.val_files=/v",
             f"trainer.default_local_dir={tmp_path / 'checkpoints'}",
-            "sam.prompt_store=true",
+            "sam.spec.prompt_store=true",
             *overrides,
         ],
     )

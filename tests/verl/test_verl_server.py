@@ -82,7 +82,7 @@ def test_npu_takes_the_vllm_ascend_ngram_route(monkeypatch):
 
 
 def test_bad_setting_fails_before_the_engine_starts():
-    cfg = rollout_config("dapo_qwen3_32b", "dapo_qwen3_32b", "sam.min_match=0")
+    cfg = rollout_config("dapo_qwen3_32b", "dapo_qwen3_32b", "sam.spec.min_match=0")
     with pytest.raises(ValueError, match="min_match"):
         server_args(cfg)
 
