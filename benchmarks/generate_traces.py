@@ -219,3 +219,7 @@ def main(argv: list[str] | None = None) -> Path:
     args = parse_args(argv)
     os.environ.setdefault("VLLM_LOG_STATS_INTERVAL", "60")  # before vLLM reads its environment
     return run(args)
+
+
+if __name__ == "__main__":
+    main()

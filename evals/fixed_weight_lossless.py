@@ -24,6 +24,7 @@ import asyncio
 import json
 import os
 import platform
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -280,3 +281,7 @@ def main(argv=None) -> int:
         write_json(args.json, data)
     print(format_summary(data))
     return 0 if data["comparison"]["verdict"] == "agree" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -164,3 +164,23 @@ def test_test_support_lives_in_testkit_not_in_benchmarks():
         f"shared test helpers reach into benchmarks/ or evals/; move that support to testkit/: {helpers}"
     )
     assert not strays, f"test support in benchmarks/ (move it to testkit/): {strays}"
+
+
+def test_every_tool_with_a_main_runs_as_a_module():
+    """``python -m benchmarks.X`` (or evals, testkit, sam_rollout) runs ``main`` only behind the guard; a module
+    with a ``main`` and no guard would exit 0 having done nothing."""
+    missing = []
+    for package in ("benchmarks", "evals", "testkit", "sam_rollout"):
+        for path in sorted((REPO / package).rglob("*.py")):
+            tree = ast.parse(path.read_text())
+            has_main = any(isinstance(n, ast.FunctionDef) and n.name == "main" for n in tree.body)
+            if has_main and not any(is_main_guard(n) for n in tree.body):
+                missing.append(str(path.relative_to(REPO)))
+    assert missing == [], f"a main() without `if __name__ == '__main__':` calling it: {missing}"
+
+
+def is_main_guard(node: ast.stmt) -> bool:
+    """``if __name__ == "__main__":`` whose body calls ``main()`` (or ``sys.exit(main())``)."""
+    if not (isinstance(node, ast.If) and ast.unparse(node.test) == "__name__ == '__main__'"):
+        return False
+    return any("main(" in ast.unparse(statement) for statement in node.body)
