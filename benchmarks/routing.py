@@ -74,9 +74,8 @@ class Clock:
 
 
 def request_bound_class():
-    """The bound ours had before (d5592da): requests, not work, against 1.25 x the larger of the in-flight
-    total with the largest group seen and the last busy period's peak, along the ring from the prompt's
-    stores; the largest group only grows."""
+    """The bound ours had before (d5592da): requests, not work, against the larger of the in-flight
+    total with the largest group seen and the last busy period's peak; the largest group only grows."""
     from sam_rollout.verl.runtime.router import SamLoadBalancer
 
     class RequestBound(SamLoadBalancer):
@@ -97,19 +96,19 @@ def request_bound_class():
             if self.burst_peak and not self.get_total_inflight():
                 self.last_burst_peak, self.burst_peak = self.burst_peak, 0
 
-        def _request_bound(self, key):
+        def _bound(self, key):
             size = self.largest_group
             total = max(self.get_total_inflight() + size, self.last_burst_peak)
             return math.ceil(self.settings.load_bound * total / len(self._inflight_requests) - 1e-9), size
 
-        def _choose(self, key, placing_group=True):  # placing_group: ours' overflow counter
+        def _choose(self, key, placing_group=True):  # placing_group: the work bound's overflow counter
             group = self._groups.get(key)
             if group is not None:
                 live = [sid for sid in group.on_server if sid in self._inflight_requests]
                 if live:
                     return max(live, key=lambda sid: group.on_server[sid])
             order = self._preference(key)
-            bound, size = self._request_bound(key)
+            bound, size = self._bound(key)
             for sid in order:
                 if self._inflight_requests[sid] + size <= bound:
                     return sid
@@ -126,14 +125,14 @@ def make_balancer(kind: str, servers: dict, clock: Clock):
     if kind == "verl_default":
         return GlobalRequestLoadBalancer(dict(servers))
     if kind == "request_bound":
-        return request_bound_class()(dict(servers), {"policy": "prompt_affinity", "load_bound": 1.25}, clock=clock)
+        return request_bound_class()(dict(servers), {"policy": "prompt_affinity"}, clock=clock)
     lb = SamLoadBalancer(dict(servers), {"policy": kind}, clock=clock)
     lb.set_ring_names({sid: f"rollout_{i}" for i, sid in enumerate(servers)})
     return lb
 
 
 # the cluster simulator's routings that run a real balancer here: {its name: make_balancer's kind}
-SIMULATOR_ROUTINGS = {"even_share": "prompt_affinity", "request_bound": "request_bound"}
+SIMULATOR_ROUTINGS = {"work_bound": "prompt_affinity", "request_bound": "request_bound"}
 
 
 def place_batches(kind: str, replicas: int, batches, seed: int = 0) -> list[dict]:

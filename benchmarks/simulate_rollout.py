@@ -22,7 +22,7 @@ routing and with prompt affinity. The acceptance under each routing comes from t
 (``benchmarks.simulator.routed_acceptance``, about 2 minutes), kept in
 benchmarks/results/simulate_cluster_acceptance_<traces>_k3.json and reused unless ``--replay``.
 ``--cluster-bounds`` (needs verl: ``.venv-verl/bin/python``) adds prompt affinity by the real balancer
-at each recipe's replica count, its even share (as it is) and the request-count bound it had before
+at each recipe's replica count, its work bound and the request-count bound it had before
 (``benchmarks.routing``), replayed and placed step by step; their profiles join the same file.
 
 Every scenario reports how much of the offline-derived schedule's reduction ``auto`` (the online switch,

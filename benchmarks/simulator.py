@@ -843,9 +843,8 @@ def summary_row(r: dict) -> dict:
 
 ROUTINGS = ("default", "affinity")
 # prompt affinity by the real balancer (``benchmarks.routing.place_batches``; needs verl): ours as it is
-# (each replica the batch's even share of requests, a returning group on its store within it), and the
-# request-count bound it had before d5592da
-ROUTER_ROUTINGS = ("even_share", "request_bound")
+# (the work bound), and the request-count bound it had before
+ROUTER_ROUTINGS = ("work_bound", "request_bound")
 ROUTER_SECONDS_PER_TOKEN = 0.03  # a request's seconds in flight per response token, as the balancer times it
 ROUTER_BATCHES_PER_EPOCH = 4  # the dataset the balancer routes before the priced step: 4 steps' prompts
 EPOCHS = ("first", "later")
@@ -1437,11 +1436,11 @@ def cluster_what_ifs(
 def cluster_table(result: dict) -> str:
     """Markdown: per scale, replica count and epoch, no speculation (default routing) against SAM under each
     routing (the real balancer's bounds where simulated: "-" elsewhere), every ratio dividing by the
-    no-speculation time shown; and the store share of the balancer's later step, even share / request bound."""
+    no-speculation time shown; and the store share of the balancer's later step, work / request bound."""
     rows = {(r["scale"], r["replicas"], r["routing"], r["arm"]): r for r in result["rows"]}
     lines = [
         "| setup | replicas | epoch | no speculation | SAM, default routing | SAM, ideal affinity "
-        "| SAM, affinity even share | SAM, affinity request bound | store share, even share / request bound |",
+        "| SAM, affinity work bound | SAM, affinity request bound | store share, work / request bound |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
 
