@@ -12,6 +12,7 @@ verl_step_only()
 
 from verl.workers.rollout.router import GlobalRequestLoadBalancer  # noqa: E402
 
+from sam_rollout.drafter.prompt_store import prompt_key  # noqa: E402
 from sam_rollout.routing_metrics import RoutingStepTracker  # noqa: E402
 from sam_rollout.verl.runtime.router import LEAST_LOADED, PROMPT_AFFINITY, RouterSettings, SamLoadBalancer  # noqa: E402
 
@@ -68,8 +69,8 @@ def test_revisits_return_to_the_replica_that_served_the_prompt():
     random.Random(1).shuffle(order)  # the next epoch, in another order
     second, _ = route_batch(lb, order, n=8, tag="e2")
     assert all(len(set(s)) == 1 for s in second.values())  # whole groups
-    # most go back; a replica holding more than the batch's even share of the stores passes on the groups
-    # that arrive after its share is full (benchmarks/routing.py measures the share at scale)
+    # most go back; a few whose stores share a replica arrive together early in the batch and are passed
+    # on by the one-group slack over what is in flight (benchmarks/routing.py measures the share at scale)
     back = sum(first[p] == second[p] for p in first)
     assert back >= 0.85 * len(first)
     stats = lb.routing_stats()
@@ -105,22 +106,19 @@ def test_the_load_bound_holds_with_groups_kept_whole():
     assert step["rollout/route_group_colocation"] == 1.0
 
 
-def test_new_groups_spread_evenly_and_a_store_over_its_bound_passes_the_group_on():
+def test_a_replica_over_its_bound_passes_the_group_on():
     two = dict(list(SERVERS.items())[:2])
     lb = balancer(servers=two)
-    ps = prompts(8, seed=5)
-    first, _ = route_batch(lb, list(enumerate(ps[:4])), n=4, tag="e1a")
-    second, _ = route_batch(lb, [(p + 4, ids) for p, ids in enumerate(ps[4:])], n=4, tag="e1b")
-    home = {p: s[0] for p, s in (first | second).items()}
-    assert sorted(list(home.values()).count(sid) for sid in two) == [4, 4]  # new groups: the fewest in flight
-    a, b = two
-    on_a = [p for p in home if home[p] == a]
-    on_b = [p for p in home if home[p] == b]
-    batch = [(p, ps[p]) for p in (*on_a[:3], on_b[0])]  # three returning groups whose store is on one replica
-    placed, _ = route_batch(lb, batch, n=4, tag="e2", release=False)
-    assert sorted(lb.get_status()["servers"].values()) == [8, 8]  # the batch's even share each
-    assert [placed[p][0] for p in (*on_a[:3], on_b[0])] == [a, a, b, b]  # the third passed on, the last at home
-    assert lb.routing_stats()["overflowed_groups"] == 1
+    ps = prompts(200, seed=5)
+    home = lb._ring.walk  # the ring's first choice of each prompt
+    from sam_rollout.drafter.prompt_store import prompt_key
+
+    first = [home(int.from_bytes(prompt_key(np.asarray(p, dtype=np.int32))[:8], "big"))[0] for p in ps]
+    same = [p for p, h in zip(ps, first) if h == first[0]][:4]  # four prompts with one home
+    placed, _ = route_batch(lb, list(enumerate(same)), n=4, tag="o", release=False)
+    counts = lb.get_status()["servers"]
+    assert sorted(counts.values()) == [8, 8]  # two groups passed on: 16 requests split evenly
+    assert lb.routing_stats()["overflowed_groups"] == 2
     assert all(top_share(s) == 1.0 for s in placed.values())
 
 
@@ -328,9 +326,9 @@ def test_an_older_router_state_says_so(tmp_path):
     assert loaded["prompts"] == 0 and "expected 2" in loaded["warning"] and "older version" in loaded["warning"]
 
 
-def test_a_smaller_batch_of_new_prompts_after_a_large_one_is_spread_evenly():
-    """8 groups of 8 new prompts on 4 replicas after a 64 x 8 batch (the issue's case: 32/8/16/8 before):
-    new groups go to the fewest requests in flight, whatever the batch the bound expects."""
+def test_a_smaller_batch_after_a_large_one_stays_within_one_group_of_the_bound():
+    """8 groups of 8 new prompts on 4 replicas after a 64 x 8 batch (the issue's case: 32/8/16/8 before).
+    Returning prompts are exempt: their store's replica takes them up to the batch's bound (next test)."""
     ps = prompts(64, seed=29)
     for trial in range(10):
         lb = balancer()
@@ -338,22 +336,25 @@ def test_a_smaller_batch_of_new_prompts_after_a_large_one_is_spread_evenly():
         fresh = prompts(8, seed=1000 + trial)
         route_batch(lb, [(64 + i, ids) for i, ids in enumerate(fresh)], n=8, tag=f"small{trial}", release=False)
         inflight = list(lb.get_status()["servers"].values())
-        assert inflight == [16, 16, 16, 16]
+        assert max(inflight) <= 1.25 * np.mean(inflight) + 8  # one group of slack: 28, so at most 24
 
 
 def test_the_group_size_follows_the_live_groups():
-    """After groups of 8, single requests of new prompts are expected as groups of one and spread evenly."""
+    """After groups of 8, single requests of new prompts keep to their ring home while the load allows."""
     lb = balancer()
     route_batch(lb, list(enumerate(prompts(16, seed=31))), n=8, tag="eights")
     singles = list(enumerate(prompts(40, seed=37)))
-    route_batch(lb, singles, n=1, tag="ones", release=False)
+    placed, _ = route_batch(lb, singles, n=1, tag="ones", release=False)
     assert lb.estimates.group_size == 1
-    assert sorted(lb.get_status()["servers"].values()) == [10, 10, 10, 10]
+    home = {p: lb._ring.walk(int.from_bytes(prompt_key(np.asarray(ids, dtype=np.int32))[:8], "big"))[0]
+            for p, ids in singles}  # fmt: skip
+    moved = sum(placed[p][0] != home[p] for p in placed)
+    inflight = list(lb.get_status()["servers"].values())
+    assert max(inflight) <= 1.25 * np.mean(inflight) + 1 and moved < len(singles) // 2
 
 
 def test_a_group_whose_prompt_cost_more_weighs_more():
-    """Each prompt remembers what one of its requests cost at its last visit (the in-flight work the
-    metrics report, and the tie-break between replicas equally loaded in requests)."""
+    """Load is work: a replica holding a prompt whose requests took long takes fewer new groups."""
     clock = [0.0]
     two = {s: None for s in list(SERVERS)[:2]}
     lb = SamLoadBalancer(dict(two), {"policy": PROMPT_AFFINITY}, clock=lambda: clock[0])

@@ -6,17 +6,15 @@ least-loaded replica, which spreads a group over the replicas and sends a revisi
 ``SamLoadBalancer`` keys the route on the prompt instead, the key the drafter's store uses:
 
 - a prompt's group is placed whole when its first request arrives; its siblings join it;
-- a returning prompt's group goes to a replica that served its earlier visits (it holds the prompt's
-  stored responses; most of the last visit first) while that replica's in-flight requests, with the
-  group, stay within ``load_bound`` x the mean per replica of the batch being routed; a new prompt's
-  group, and a returning one no store replica can take, goes to the replica with the fewest requests in
-  flight (then the least in-flight work, then the order of a consistent-hash ring from the prompt's
-  point: virtual nodes per replica, named by the replica's identity, so a restart whose servers come in
-  another order with new addresses keeps the ring). The slowest replica sets a synchronous step's time,
-  so a batch is spread evenly in requests and the store yields to that (docs/metrics.md, "the load bound");
-- each in-flight request also weighs what one request of its prompt cost at the prompt's last visit
-  (seconds from acquire to release, as the router sees them; the running mean for a new prompt): the
-  in-flight work the metrics report, and the tie-break above;
+- replicas that served the prompt before (and so hold its stored responses) are tried first, then the
+  others in the order of a consistent-hash ring (virtual nodes per replica, named by the replica's
+  identity, so a restart whose servers come in another order with new addresses keeps the ring);
+- load is counted in work: each in-flight request weighs what one request of its prompt cost at the
+  prompt's last visit (seconds from acquire to release, as the router sees them), or the running mean
+  cost for a prompt not seen yet. A replica takes the group while its in-flight work with the group
+  stays within ``load_bound`` x the mean work expected for the batch being routed, and never more than
+  one group above ``load_bound`` x the mean of what is in flight now; else the group goes on along the
+  order, and when no replica fits the least loaded takes it (docs/metrics.md, "the load bound");
 - the batch being routed is expected to hold as many requests as the last busy period's peak (what the
   bound learned; saved with the router state, so a resumed router bounds as an uninterrupted one), and
   a group as many as its prompt's last visit, or as the newest group;
@@ -72,6 +70,12 @@ MAX_VIRTUAL_NODES = 4096
 # instant release) would weigh prompts at random
 REQUEST_COST_FLOOR_S = 0.05
 COST_AVERAGING = 1 / 64  # weight of each released request in the running mean request cost
+# groups a replica may hold above load_bound x the mean of what is in flight now. The expected batch
+# (the last busy period's) lets groups whose stores share a replica arrive together early in a batch;
+# a batch smaller than the last one looks the same until it ends, so this caps what it can gather on
+# one replica: at most one group above the bound (benchmarks/routing.py: 1 group costs 2-7 points of
+# store share at 32B and 235B against 2 groups, and keeps 8 groups of 8 after a 64 x 8 batch within 1.5)
+GROUP_SLACK = 1
 # trajectories remembered (LRU, each refreshed by its turns) to recognise their next turn: above the
 # requests of a rollout batch (verl's own sticky cache holds 10,000), about 250 bytes each
 TRAJECTORY_MEMORY = 100_000
@@ -80,9 +84,8 @@ TRAJECTORY_MEMORY = 100_000
 @dataclass(frozen=True)
 class RouterSettings:
     """policy: prompt_affinity, or least_loaded (verl's default routing, measured).
-    load_bound: a replica takes a returning group on its stored responses only while its in-flight
-        requests, with the group, stay within load_bound x the batch's mean per replica (a finite number
-        >= 1; 1.0, the batch's even share: benchmarks/RESULTS.md, "Routing across rollout replicas").
+    load_bound: a replica takes a new group only while its in-flight work, with the group, stays
+        within load_bound x the mean over replicas (a finite number >= 1; 1.25 is the issue's target).
     virtual_nodes: ring points per replica (more: a more even share of prompts per replica), at most
         MAX_VIRTUAL_NODES.
     prompt_memory: prompts remembered (LRU) with the replicas that served them and their cost: where
@@ -90,7 +93,7 @@ class RouterSettings:
     """
 
     policy: str = PROMPT_AFFINITY
-    load_bound: float = 1.0
+    load_bound: float = 1.25
     virtual_nodes: int = 64
     prompt_memory: int = 200_000
 
@@ -229,7 +232,7 @@ class RoutingCounters:
     # over those, the sum of the share of the prompt's last visit that ran on the chosen replica (where
     # its stored responses are): 1.0 each when a group returns whole to its replica
     revisit_store_share_sum: float = 0.0
-    overflowed_groups: int = 0  # returning groups the load bound placed off their prompt's stores
+    overflowed_groups: int = 0  # groups placed elsewhere than their first choice by the load bound
     # the replicas' simultaneous load over time, between routing events: the integrals over time of the
     # most loaded replica's in-flight requests and of the mean over replicas (request-seconds), and the
     # same in work (in-flight request costs, cost-seconds)
@@ -476,8 +479,8 @@ class SamLoadBalancer(GlobalRequestLoadBalancer):
 
     def _choose(self, key: bytes, placing_group: bool = True) -> str:
         """The replica for a request of this prompt: its group's while the group is in flight, else the
-        first replica holding the prompt's store within the load bound, else the least loaded.
-        ``placing_group`` False: a continuation, whose route off its store is not a group the bound moved."""
+        first in the prompt's order within the load bound. ``placing_group`` False: a continuation, whose
+        route off the first choice is not a group the bound passed on."""
         if not self._inflight_requests:
             raise RuntimeError("No available servers in load balancer")
         group = self._groups.get(key)
@@ -486,29 +489,43 @@ class SamLoadBalancer(GlobalRequestLoadBalancer):
             if live:
                 return max(live, key=lambda sid: group.on_server[sid])
         order = self._preference(key)
-        size, bound = self._bound(key)
+        bound, batch_bound, work = self._bounds(key)
         memory = self._served.get(key)
-        stored = [sid for sid in order if memory is not None and memory.placed.get(sid)]
-        requests = self._inflight_requests
-        for sid in stored:
-            if requests[sid] + size <= bound * (1 + 1e-9):
-                return sid
-        rank = {sid: i for i, sid in enumerate(order)}  # a store replica first among equals
-        work = self._load.work
-        chosen = min(order, key=lambda sid: (requests[sid], work.get(sid, 0.0), rank[sid]))
-        if stored and chosen not in stored and placing_group:
+        stored = {sid for sid, n in memory.placed.items() if n} if memory is not None else set()
+        loads = self._load.work
+        for sid in order:
+            # a replica holding the prompt's store takes its group up to the batch's bound alone: the last
+            # visit's placement was balanced then, and the one-group cap, tight while a batch arrives,
+            # would push a returning group off its store
+            limit = batch_bound if sid in stored else bound
+            if loads.get(sid, 0.0) + work <= limit * (1 + 1e-9):
+                chosen = sid
+                break
+        else:
+            chosen = min(order, key=lambda sid: loads.get(sid, 0.0))  # ring order breaks ties
+        if chosen != order[0] and placing_group:
             self.counters.overflowed_groups += 1
         return chosen
 
-    def _bound(self, key: bytes) -> tuple[int, float]:
-        """The group's expected requests (its prompt's last visit, else the newest group's) and the most
-        requests a replica may hold with it on its store: load_bound x the batch's mean per replica, the
-        batch expected as large as the last busy period's peak, or as what is in flight with the group."""
+    def _bounds(self, key: bytes) -> tuple[float, float, float]:
+        """The most in-flight work a replica may hold with this prompt's group on it, the same for the
+        batch's limit alone, and the group's work. The group is expected to be as large as the prompt's last
+        visit (else the newest group), each request costing what one did then (else the running mean). The
+        batch is expected to hold the last busy period's peak requests, at the mean cost of what is in
+        flight with the group: its limit is load_bound x that over the replicas; the other, one group above
+        load_bound x the mean of what is in flight now, keeps a batch smaller than the last from gathering
+        on a few replicas."""
         memory = self._served.get(key)
         e = self.estimates
         size = memory.last_visit if memory is not None and memory.last_visit else e.group_size
-        expected = max(self.get_total_inflight() + size, e.batch_requests, self._load.burst_requests)
-        return size, self.settings.load_bound * expected / len(self._inflight_requests)
+        work = size * (memory.request_cost if memory is not None else e.request_cost)
+        replicas = len(self._inflight_requests)
+        now_work = sum(self._load.work.get(s, 0.0) for s in self._inflight_requests) + work
+        now_requests = self.get_total_inflight() + size
+        expected = now_work * max(1.0, max(e.batch_requests, self._load.burst_requests) / now_requests)
+        b = self.settings.load_bound
+        batch_bound = b * expected / replicas
+        return min(batch_bound, b * now_work / replicas + GROUP_SLACK * work), batch_bound, work
 
     def _preference(self, key: bytes) -> list[str]:
         """Replicas in the order this prompt's group tries them: those that served its earlier visits
