@@ -144,6 +144,7 @@ def place_batches(kind: str, replicas: int, batches, seed: int = 0) -> list[dict
     servers = {f"10.0.0.{i}:8000": i for i in range(replicas)}
     clock = Clock()
     lb = make_balancer(kind, servers, clock)
+    end_step = getattr(lb, "end_step", None)  # ours: the trainer's metrics hook calls it after each step
     rng = np.random.default_rng(seed)
     random.seed(seed)  # verl's default breaks ties with the module's random
     tokens: dict = {}  # prompt id -> its token ids (the balancer keys on them)
@@ -167,6 +168,8 @@ def place_batches(kind: str, replicas: int, batches, seed: int = 0) -> list[dict
         for t, rid, sid in sorted(events):
             clock.now = t
             lb.release_server(sid, request_id=rid)
+        if end_step is not None:
+            end_step()
         last_visit.update({prompt: w.tolist() for (prompt, _), w in zip(step, where)})
         out.append({"where": where, "store_share": float(np.mean(shares)) if shares else None})
     return out
@@ -223,7 +226,10 @@ def run_setup(setup: Setup, kind: str, pattern: str, seed: int = 0) -> dict:
     events: list = []  # (time, seq, request id, server, length)
     seq = 0
     now = 0.0
+    end_step = getattr(lb, "end_step", None)  # ours: the trainer's metrics hook calls it after each step
     for b, batch in enumerate(batches):
+        if b and end_step is not None:
+            end_step()
         releases_wanted = 0
         if b and pattern == "overlap":  # arrive once half of the last batch has finished
             releases_wanted = sum(sizes[p] for p in batches[b - 1]) // 2

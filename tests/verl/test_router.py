@@ -397,3 +397,64 @@ def test_the_launcher_refuses_a_non_string_router_class(tmp_path):
     cfg = OmegaConf.create({"actor_rollout_ref": {"rollout": {"router_config_path": str(path)}}})
     with pytest.raises(RecipeError, match="router_class must be a qualified class name"):
         check_router(cfg)
+
+
+def dapo_step_one(lb, clock, ps):
+    """Step 1 of the training test as verl 0.9.1's sync DAPO trainer ran it in CI (issue 39): 4 groups of 4
+    on 2 replicas, the requests on prompt 0's replica done in 2 s, the others' in 10 s (seconds in flight
+    on a loaded CPU, not work); two groups were filtered, and their refills came one at a time as slots
+    freed: prompt 0's while its group still ran (it joins the group: an 8-request visit), prompt 1's after
+    the batch drained (a busy period of 4). Returns {prompt: replica}."""
+
+    def acquire(tag, p):
+        return [(lb.acquire_server(request_id=f"{tag}{p}-{j}", prompt_ids=ps[p])[0], f"{tag}{p}-{j}") for j in range(4)]
+
+    def release(held, seconds):
+        clock[0] += seconds
+        for sid, rid in held:
+            lb.release_server(sid, request_id=rid)
+
+    held = {p: acquire("a", p) for p in range(4)}
+    home = {p: held[p][0][0] for p in held}
+    fast = [p for p in held if home[p] == home[0]]
+    release(held[fast[1]], 2.0)  # done and filtered: its slot takes prompt 0's refill
+    release(held[0] + acquire("r", 0), 0.0)
+    release([h for p in held if p not in fast for h in held[p]], 8.0)
+    release(acquire("r", 1), 2.0)  # the second refill, after the batch drained
+    return home
+
+
+def interleavings(groups, n=4):
+    """Step 2's acquires: every order of the groups, each group's requests adjacent or round-robin."""
+    import itertools
+
+    for order in itertools.permutations(groups):
+        yield [(p, j) for p in order for j in range(n)]
+        yield [(p, j) for j in range(n) for p in order]
+
+
+def test_a_resumed_dapo_step_goes_back_to_the_stores_in_every_arrival_order(tmp_path):
+    """CI read store share 0.5 on the training test's resumed step: the saved bound expected a batch of 8
+    (the refill's busy period), the seconds its prompts took made one replica's stores look 5x heavier,
+    and prompt 0's merged visit looked like a group of 8. A resumed router sends every group of step 2
+    back to its store, in every arrival order."""
+    clock = [0.0]
+    two = list(SERVERS)[:2]
+    ps = prompts(4, seed=47)
+    lb = SamLoadBalancer({s: None for s in two}, {"policy": PROMPT_AFFINITY}, clock=lambda: clock[0])
+    lb.set_ring_names({two[0]: "rollout_0", two[1]: "rollout_1"})
+    home = dapo_step_one(lb, clock, ps)
+    assert sorted(list(home.values()).count(s) for s in two) == [2, 2]
+    path = str(tmp_path / "router.json")
+    lb.save_state(path)  # verl saves the checkpoint before it logs the step
+    assert lb.end_step() == 16 and lb.estimates.batch_requests == 16  # the batch, not the refill's 4
+    rank = {s: i for i, s in enumerate(two)}
+    for arrivals in interleavings(range(4)):
+        renamed = {"10.9.9.1:9000": None, "10.9.9.0:9000": None}
+        resumed = SamLoadBalancer(renamed, {"policy": PROMPT_AFFINITY}, clock=lambda: clock[0])
+        resumed.set_ring_names({"10.9.9.0:9000": "rollout_0", "10.9.9.1:9000": "rollout_1"})
+        assert resumed.load_state(path) == {"prompts": 4, "warning": None}
+        placed = {p: resumed.acquire_server(request_id=f"b{p}-{j}", prompt_ids=ps[p])[0] for p, j in arrivals}
+        assert {p: int(s[-6]) for p, s in placed.items()} == {p: rank[s] for p, s in home.items()}, arrivals
+        stats = resumed.routing_stats()
+        assert stats["revisit_requests"] == 16 == stats["revisit_store_share_sum"], arrivals

@@ -11,13 +11,22 @@ least-loaded replica, which spreads a group over the replicas and sends a revisi
   identity, so a restart whose servers come in another order with new addresses keeps the ring);
 - load is counted in work: each in-flight request weighs what one request of its prompt cost at the
   prompt's last visit (seconds from acquire to release, as the router sees them), or the running mean
-  cost for a prompt not seen yet. A replica takes the group while its in-flight work with the group
+  cost for a prompt not seen yet. A replica takes a new group while its in-flight work with the group
   stays within ``load_bound`` x the mean work expected for the batch being routed, and never more than
   one group above ``load_bound`` x the mean of what is in flight now; else the group goes on along the
   order, and when no replica fits the least loaded takes it (docs/metrics.md, "the load bound");
-- the batch being routed is expected to hold as many requests as the last busy period's peak (what the
-  bound learned; saved with the router state, so a resumed router bounds as an uninterrupted one), and
-  a group as many as its prompt's last visit, or as the newest group;
+- a returning group's replica (one holding its prompt's store) is judged in requests alone: it takes the
+  group while its in-flight requests with the group stay within ``load_bound`` x the batch's expected
+  requests per replica. That limit only grows while a batch arrives and reads no timing, so whether a
+  group goes back to its store depends neither on the order the batch's requests arrive in nor on the
+  seconds its prompt's last visit happened to take (latency under whatever else ran then). The group
+  counts as no larger than the newest group (a DAPO refill of a prompt whose group still runs joins that
+  group, and the visit is remembered twice as large);
+- the batch being routed is expected to hold as many requests as the last training step's peak in
+  flight (the trainer's metrics hook calls ``end_step``: a step's DAPO refills can run after its batch
+  drained, and are no batch). What the bound learned is saved with the router state, so a resumed
+  router bounds as an uninterrupted one. A group is expected as large as its prompt's last visit, or
+  as the newest group;
 - a trajectory is one request of its prompt: verl sends every turn of a multi-turn trajectory, and
   every resume of an aborted partial rollout, under the trajectory's request id with a prompt that
   extends the first one (prompt + responses so far + tool outputs). Such an acquire continues the
@@ -71,7 +80,7 @@ MAX_VIRTUAL_NODES = 4096
 REQUEST_COST_FLOOR_S = 0.05
 COST_AVERAGING = 1 / 64  # weight of each released request in the running mean request cost
 # groups a replica may hold above load_bound x the mean of what is in flight now. The expected batch
-# (the last busy period's) lets groups whose stores share a replica arrive together early in a batch;
+# (the last step's) lets groups whose stores share a replica arrive together early in a batch;
 # a batch smaller than the last one looks the same until it ends, so this caps what it can gather on
 # one replica: at most one group above the bound (benchmarks/routing.py: 1 group costs 2-7 points of
 # store share at 32B and 235B against 2 groups, and keeps 8 groups of 8 after a 64 x 8 batch within 1.5)
@@ -244,9 +253,10 @@ class RoutingCounters:
 
 @dataclass
 class BoundEstimates:
-    """What the load bound learned, kept across a restart (save_state): the requests of the last busy
-    period's peak (the batch being routed is expected to be as large), the running mean request cost
-    (the weight of a prompt not seen yet), and the newest group's size (a new prompt's expected group)."""
+    """What the load bound learned, kept across a restart (save_state): the last training step's peak
+    requests in flight (the batch being routed is expected to be as large), the running mean request
+    cost (the weight of a prompt not seen yet), and the newest group's size (a new prompt's expected
+    group)."""
 
     batch_requests: int = 0
     request_cost: float = REQUEST_COST_FLOOR_S
@@ -255,10 +265,10 @@ class BoundEstimates:
 
 @dataclass
 class _Load:
-    """In-flight work per replica, the current busy period's peak requests, and the newest group."""
+    """In-flight work per replica, the current step's peak requests in flight, and the newest group."""
 
     work: dict[str, float] = field(default_factory=dict)
-    burst_requests: int = 0
+    step_requests: int = 0
     newest_group: bytes | None = None
     clock_at: float | None = None
 
@@ -320,8 +330,6 @@ class SamLoadBalancer(GlobalRequestLoadBalancer):
         flight = self._flights.pop(request_id, None)
         if flight is not None and flight.server in self._load.work:
             self._load.work[flight.server] = max(0.0, self._load.work[flight.server] - flight.cost)
-        if not self.get_total_inflight():
-            self._end_burst()
         if flight is None:
             return
         cost = max(now - flight.started, REQUEST_COST_FLOOR_S)
@@ -360,6 +368,16 @@ class SamLoadBalancer(GlobalRequestLoadBalancer):
         status["ring_names"] = {sid: self._ring_names[sid] for sid in self._inflight_requests}
         status["groups_in_flight"] = len(self._groups)
         return status
+
+    def end_step(self) -> int:
+        """A training step ended (the trainer's metrics hook says so): its peak requests in flight are the
+        next batch's expected size. A step's DAPO refills can run after its batch drained, in busy periods
+        of their own; the step's peak is its batch. Returns that peak."""
+        peak = self._load.step_requests
+        if peak:
+            self.estimates.batch_requests = peak
+        self._load.step_requests = self.get_total_inflight()  # an asynchronous rollout runs on
+        return peak
 
     # -- replica identity ------------------------------------------------------------------------
     def set_ring_names(self, names: Mapping[str, str]) -> dict:
@@ -401,7 +419,7 @@ class SamLoadBalancer(GlobalRequestLoadBalancer):
         state = {
             "format": ROUTER_STATE_FORMAT,
             "estimates": {
-                "batch_requests": self._load.burst_requests or e.batch_requests,  # mid-batch: this batch's
+                "batch_requests": self._load.step_requests or e.batch_requests,  # mid-step: this step's
                 "request_cost": e.request_cost,
                 "group_size": e.group_size,
             },
@@ -489,16 +507,16 @@ class SamLoadBalancer(GlobalRequestLoadBalancer):
             if live:
                 return max(live, key=lambda sid: group.on_server[sid])
         order = self._preference(key)
-        bound, batch_bound, work = self._bounds(key)
+        bound, work, store_size, store_limit = self._bounds(key)
         memory = self._served.get(key)
         stored = {sid for sid, n in memory.placed.items() if n} if memory is not None else set()
         loads = self._load.work
         for sid in order:
-            # a replica holding the prompt's store takes its group up to the batch's bound alone: the last
-            # visit's placement was balanced then, and the one-group cap, tight while a batch arrives,
-            # would push a returning group off its store
-            limit = batch_bound if sid in stored else bound
-            if loads.get(sid, 0.0) + work <= limit * (1 + 1e-9):
+            if sid in stored:  # in requests, against the batch's limit (the module docstring says why)
+                fits = self._inflight_requests[sid] + store_size <= store_limit * (1 + 1e-9)
+            else:
+                fits = loads.get(sid, 0.0) + work <= bound * (1 + 1e-9)
+            if fits:
                 chosen = sid
                 break
         else:
@@ -507,14 +525,17 @@ class SamLoadBalancer(GlobalRequestLoadBalancer):
             self.counters.overflowed_groups += 1
         return chosen
 
-    def _bounds(self, key: bytes) -> tuple[float, float, float]:
-        """The most in-flight work a replica may hold with this prompt's group on it, the same for the
-        batch's limit alone, and the group's work. The group is expected to be as large as the prompt's last
-        visit (else the newest group), each request costing what one did then (else the running mean). The
-        batch is expected to hold the last busy period's peak requests, at the mean cost of what is in
-        flight with the group: its limit is load_bound x that over the replicas; the other, one group above
-        load_bound x the mean of what is in flight now, keeps a batch smaller than the last from gathering
-        on a few replicas."""
+    def _bounds(self, key: bytes) -> tuple[float, float, int, float]:
+        """The most in-flight work a replica may hold with this prompt's group on it, the group's work, and
+        for a replica holding the prompt's store, the group's requests and the most requests it may hold
+        with them (no more than the newest group's: a visit a DAPO refill of its prompt joined is larger).
+        The group is expected to be as large as the prompt's last visit (else the newest group), each
+        request costing what one did then (else the running mean). The batch is expected to hold the last
+        step's peak requests (at least what is in flight with the group), at the mean cost of what is in
+        flight with the group: the work limit is the smaller of load_bound x that over the replicas and one
+        group above load_bound x the mean of what is in flight now (which keeps a batch smaller than the
+        last from gathering on a few replicas); the store's limit is load_bound x the batch's requests over
+        the replicas."""
         memory = self._served.get(key)
         e = self.estimates
         size = memory.last_visit if memory is not None and memory.last_visit else e.group_size
@@ -522,10 +543,11 @@ class SamLoadBalancer(GlobalRequestLoadBalancer):
         replicas = len(self._inflight_requests)
         now_work = sum(self._load.work.get(s, 0.0) for s in self._inflight_requests) + work
         now_requests = self.get_total_inflight() + size
-        expected = now_work * max(1.0, max(e.batch_requests, self._load.burst_requests) / now_requests)
+        batch_requests = max(e.batch_requests, self._load.step_requests, now_requests)
         b = self.settings.load_bound
-        batch_bound = b * expected / replicas
-        return min(batch_bound, b * now_work / replicas + GROUP_SLACK * work), batch_bound, work
+        batch_bound = b * now_work * batch_requests / now_requests / replicas
+        bound = min(batch_bound, b * now_work / replicas + GROUP_SLACK * work)
+        return bound, work, min(size, e.group_size), b * batch_requests / replicas
 
     def _preference(self, key: bytes) -> list[str]:
         """Replicas in the order this prompt's group tries them: those that served its earlier visits
@@ -564,7 +586,7 @@ class SamLoadBalancer(GlobalRequestLoadBalancer):
             self._load.work[old.server] = max(0.0, self._load.work[old.server] - old.cost)
         flight = self._flights[request_id] = _Flight(key, server_id, cost, now)
         self._load.work[server_id] = self._load.work.get(server_id, 0.0) + cost
-        self._load.burst_requests = max(self._load.burst_requests, self.get_total_inflight())
+        self._load.step_requests = max(self._load.step_requests, self.get_total_inflight())
         return flight
 
     def _observe_continuation(self, request_id: str, trajectory: _Trajectory, server_id: str, now: float) -> None:
@@ -607,12 +629,6 @@ class SamLoadBalancer(GlobalRequestLoadBalancer):
         self._trajectories[request_id] = _Trajectory(key, prompt_length, group)
         while len(self._trajectories) > TRAJECTORY_MEMORY:
             self._trajectories.popitem(last=False)
-
-    def _end_burst(self) -> None:
-        """Every replica idle: the busy period's peak is the next batch's expected size."""
-        if self._load.burst_requests:
-            self.estimates.batch_requests = self._load.burst_requests
-            self._load.burst_requests = 0
 
     def _advance_clock(self) -> float:
         """Add the load since the last routing event to the load integrals; returns now."""

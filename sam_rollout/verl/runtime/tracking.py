@@ -50,6 +50,7 @@ def wrap() -> None:
         if is_training_step(data):
             data = {**data, **_tracker.step_metrics(poll_replicas())}
             data |= _routing_tracker.step_metrics(poll_router())
+            end_router_step()
             data |= _generation_tracker.step_metrics(poll_generated_tokens(), data.get("timing_s/gen"))
             data |= store_hit_rate(data)
             print(step_summary(step, data), flush=True)
@@ -176,6 +177,20 @@ def rollout_router():
         if getattr(handle, "routing_stats", None) is not None:
             return handle
     return None
+
+
+def end_router_step() -> None:
+    """Tell the rollout router, where it is ours, that a training step ended: the step's peak requests in
+    flight are the next batch's expected size (its DAPO refills may have run after the batch drained)."""
+    import ray
+
+    handle = rollout_router()
+    if handle is None:
+        return
+    try:
+        ray.get(handle.end_step.remote(), timeout=RPC_TIMEOUT_S)
+    except Exception as e:  # routing stays correct without it: the bound keeps the largest peak
+        logger.warning("router step end not delivered: %s", e)
 
 
 def poll_router():
