@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Lease runner for the GPU checks: installs the pack of testkit/device_pack.py on a lent machine (no
+# network there) and runs named pieces under one deadline. The pack copies this file as its run.sh; run
+# that copy, from the repository root, as each call's whole command:
+#
+#   python -m testkit.device_pack --house DIR --freeze configs/wheelhouse/h200_cuda_image.txt \
+#       --python PY312 --out .devpack             # here, first; prints each call's carry list
+#   bash .devpack/run.sh stage                    # calls 1..N-1, back to back (the machine stays warm
+#                                                 #   30 s): each copies its carried part to /tmp/parts
+#   bash .devpack/run.sh main PIECES              # the last call: assemble, check sha256, unpack to
+#                                                 #   /tmp/site, run PIECES (default: all, in the order below)
+#
+# A part carried by an earlier call may be gone by the next one, hence /tmp/parts. Pieces keep what they
+# measured on a timeout; a piece with too little time left is skipped. Order for a 15-minute lease (about
+# 10 minutes of it is one call): step_cost first, then identity, then speed (whose ngram setting comes
+# last). LEASE_BUDGET (s, default 540) is the deadline of the main call; results land in $OUT.
+set -u
+pack="$(cd "$(dirname "$0")" && pwd)"
+repo="$PWD"
+T0=$(date +%s)
+OUT="${OUT:-/tmp/out}"
+say() { echo "[lease +$(($(date +%s) - T0))s] $*"; }
+if [ ! -f "$pack/site.sha256" ]; then
+  echo "no site.sha256 beside $0: run the pack's copy (bash .devpack/run.sh), not scripts/device_lease.sh" >&2
+  exit 2
+fi
+mkdir -p "$OUT" /tmp/parts
+mode="${1:-main}"
+shift || true
+cp -n "$pack"/parts/site.part* /tmp/parts/ 2>/dev/null
+ls -la /tmp/parts
+if [ "$mode" = stage ]; then exit 0; fi
+if [ "$mode" != main ]; then
+  echo "usage: bash .devpack/run.sh stage | main [PIECES]" >&2
+  exit 2
+fi
+deadline=$((T0 + ${LEASE_BUDGET:-540}))
+if [ ! -f /tmp/site/.done ]; then
+  cat /tmp/parts/site.part* >/tmp/site.tar.xz
+  (cd /tmp && sha256sum -c "$pack/site.sha256") || { say "sha256 mismatch: a part is missing or stale"; exit 3; }
+  mkdir -p /tmp/site && xz -T0 -dc /tmp/site.tar.xz | tar -C /tmp/site -xf - && touch /tmp/site/.done
+  say "site installed: $(du -sm /tmp/site | cut -f1) MB"
+fi
+export PYTHONPATH="$repo:/tmp/site" SAM_SHARED_DIR="$pack/shared" PYTHONUNBUFFERED=1
+# FlashInfer is not in the pack (testkit/device_pack.py, DROPPED)
+export VLLM_USE_FLASHINFER_SAMPLER=0 SAM_MODEL_CACHE=/tmp/smollm2 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+py=python3
+left() { echo $((deadline - $(date +%s))); }
+piece() { # name limit command...
+  local name=$1 limit=$2
+  shift 2
+  local l
+  l=$(left)
+  [ "$l" -lt "$limit" ] && limit=$l
+  if [ "$limit" -lt 20 ]; then say "SKIP $name (no time left)"; return; fi
+  say "START $name (limit ${limit}s)"
+  timeout -k 10 "$limit" "$@"
+  say "END $name rc=$?"
+}
+pieces="${*:-facts import convert step_cost identity sampled rejection speed}"
+for p in $pieces; do
+  case $p in
+    facts) nvidia-smi -L; $py -c 'import torch,sys;print(sys.version.split()[0],torch.__version__,torch.cuda.get_device_name(0))'; lscpu | grep -E "Model name|^CPU\(s\)" ;;
+    import) piece import 90 $py "$pack/import_check.py" ;;
+    convert) piece convert 90 $py -c 'from testkit.tiny_model import ensure_smollm2; print(ensure_smollm2())' ;;
+    identity) piece identity 170 $py -m benchmarks.gpu_engine_checks identity --json "$OUT/engine_identity.json" --model /tmp/smollm2 ;;
+    sampled) piece sampled 60 $py -m benchmarks.gpu_engine_checks sampled --json "$OUT/engine_sampled.json" ;;
+    rejection) piece rejection 60 $py -m benchmarks.bench_rejection --device cuda --batch-sizes 1 8 64 256 --draft-lengths 3 --json "$OUT/bench_rejection.json" ;;
+    speed) piece speed 300 $py -m benchmarks.gpu_engine_checks speed --cuda-graphs --json "$OUT/engine_speed.json" --model /tmp/smollm2 ;;
+    speed_eager) piece speed_eager 200 $py -m benchmarks.gpu_engine_checks speed --json "$OUT/engine_speed_eager.json" --model /tmp/smollm2 ;;
+    step_cost) piece step_cost 400 $py -m benchmarks.gpu_engine_checks step_cost --step-layers "${STEP_LAYERS:-16}" --step-ks 0,3 --step-batches 1,8,64 --step-contexts 2048,8192 --json "$OUT/engine_step_cost.json" ;;
+    *) say "unknown piece $p" ;;
+  esac
+done
+say "done"
