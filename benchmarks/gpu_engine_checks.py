@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -412,6 +413,12 @@ def parse_args(argv=None):
     p.add_argument("--dtype", default="bfloat16", help="speed part's dtype")
     p.add_argument("--cuda-graphs", action="store_true", help="speed part: CUDA graphs (default eager)")
     p.add_argument(
+        "--v1-runner",
+        action="store_true",
+        help="every engine on vLLM's V1 model runner (VLLM_USE_V2_MODEL_RUNNER=0), where a speculative engine "
+        "runs: a plain engine so run tells the runner's share of a speculative engine's cost from speculation's",
+    )
+    p.add_argument(
         "--speed-settings",
         default=",".join(SPEED_SETTINGS),
         help=f"speed part: settings to run, comma-separated, from {','.join(SPEED_SETTINGS)} (x none needs none)",
@@ -453,6 +460,8 @@ def sized(args) -> Sizes:
 def main(argv=None) -> dict:
     args = parse_args(argv)
     sizes = sized(args)
+    if args.v1_runner:  # before vLLM reads its environment
+        os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "0"
     t0 = time.time()
     if args.part == "sampled":
         result = sampled("cpu" if args.tiny else "cuda", sizes)
@@ -481,7 +490,13 @@ def main(argv=None) -> dict:
                 )
     import vllm
 
-    result.update(part=args.part, tiny=args.tiny, vllm=vllm.__version__, seconds=round(time.time() - t0, 1))
+    result.update(
+        part=args.part,
+        tiny=args.tiny,
+        vllm=vllm.__version__,
+        v1_runner=args.v1_runner,
+        seconds=round(time.time() - t0, 1),
+    )
     write(args.json, result)
     print(f"[{args.part}] wrote {args.json} in {result['seconds']} s")
     return result

@@ -13,7 +13,9 @@
 # A part carried by an earlier call may be gone by the next one, hence /tmp/parts. Pieces keep what they
 # measured on a timeout; a piece with too little time left is skipped. Order for a 15-minute lease (about
 # 10 minutes of it is one call): step_cost first, then identity, then speed_ngram (vLLM's ngram beside
-# no speculation; the 2026-12-04 lease measured the SAM settings). LEASE_BUDGET (s, default 540) is the deadline of the main call; results land in $OUT.
+# no speculation; the 2026-12-04 lease measured the SAM settings); speed_v1 and identity_v1 run the plain
+# engine on the V1 runner a speculative engine falls back to, which tells the runner's share of the loss
+# and of any divergence from speculation's. LEASE_BUDGET (s, default 540) is the deadline of the main call; results land in $OUT.
 set -u
 pack="$(cd "$(dirname "$0")" && pwd)"
 repo="$PWD"
@@ -57,7 +59,7 @@ piece() { # name limit command...
   timeout -k 10 "$limit" "$@"
   say "END $name rc=$?"
 }
-pieces="${*:-facts import convert step_cost identity sampled rejection speed}"
+pieces="${*:-facts import convert step_cost identity identity_v1 speed_v1 speed_ngram}"  # what the 2026-12-04 lease left open
 for p in $pieces; do
   case $p in
     facts) nvidia-smi -L; $py -c 'import torch,sys;print(sys.version.split()[0],torch.__version__,torch.cuda.get_device_name(0))'; lscpu | grep -E "Model name|^CPU\(s\)" ;;
@@ -68,6 +70,8 @@ for p in $pieces; do
     rejection) piece rejection 60 $py -m benchmarks.bench_rejection --device cuda --batch-sizes 1 8 64 256 --draft-lengths 3 --json "$OUT/bench_rejection.json" ;;
     speed) piece speed 380 $py -m benchmarks.gpu_engine_checks speed --cuda-graphs --json "$OUT/engine_speed.json" --model /tmp/smollm2 ;;
     speed_ngram) piece speed_ngram 200 $py -m benchmarks.gpu_engine_checks speed --cuda-graphs --speed-settings none,ngram --json "$OUT/engine_speed_ngram.json" --model /tmp/smollm2 ;;
+    speed_v1) piece speed_v1 200 $py -m benchmarks.gpu_engine_checks speed --cuda-graphs --v1-runner --speed-settings none,sam_thr8 --json "$OUT/engine_speed_v1.json" --model /tmp/smollm2 ;;
+    identity_v1) piece identity_v1 300 $py -m benchmarks.gpu_engine_checks identity --v1-runner --json "$OUT/engine_identity_v1.json" --model /tmp/smollm2 ;;
     speed_eager) piece speed_eager 200 $py -m benchmarks.gpu_engine_checks speed --json "$OUT/engine_speed_eager.json" --model /tmp/smollm2 ;;
     step_cost) piece step_cost 400 $py -m benchmarks.gpu_engine_checks step_cost --step-layers "${STEP_LAYERS:-16}" --step-ks 0,3 --step-batches 1,8,64 --step-contexts 2048,8192 --json "$OUT/engine_step_cost.json" ;;
     *) say "unknown piece $p" ;;
