@@ -8,7 +8,7 @@
 #   bash .devpack/run.sh stage                    # calls 1..N-1, back to back (the machine stays warm
 #                                                 #   30 s): each copies its carried part to /tmp/parts
 #   bash .devpack/run.sh main PIECES              # the last call: assemble, check sha256, unpack to
-#                                                 #   /tmp/site, run PIECES (default: all, in the order below)
+#                                                 #   /tmp/site, run PIECES (default: what the last lease left open)
 #
 # A part carried by an earlier call may be gone by the next one, hence /tmp/parts. Pieces keep what they
 # measured on a timeout; a piece with too little time left is skipped. Order for a 15-minute lease (about
