@@ -432,7 +432,7 @@ def parse_args(argv=None):
         p.error("--step-layers must be at least 1")
     args.speed_settings = tuple(args.speed_settings.split(","))
     unknown = [s for s in args.speed_settings if s not in SPEED_SETTINGS]
-    if unknown or not args.speed_settings:
+    if unknown:
         p.error(f"--speed-settings: unknown {unknown}; choose from {', '.join(SPEED_SETTINGS)}")
     return args
 
@@ -450,10 +450,10 @@ def int_list(text: str, flag: str) -> tuple[int, ...]:
 def sized(args) -> Sizes:
     """The part's sizes: TINY or FULL, with the step_cost overrides given."""
     sizes = TINY if args.tiny else FULL
-    for flag, field in (("step_ks", "step_ks"), ("step_batches", "step_batches"), ("step_contexts", "step_contexts")):
-        text = getattr(args, flag)
+    for field in ("step_ks", "step_batches", "step_contexts"):  # each the name of its flag too
+        text = getattr(args, field)
         if text is not None:
-            sizes = replace(sizes, **{field: int_list(text, "--" + flag.replace("_", "-"))})
+            sizes = replace(sizes, **{field: int_list(text, "--" + field.replace("_", "-"))})
     return sizes
 
 

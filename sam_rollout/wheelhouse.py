@@ -194,7 +194,7 @@ def pinned_pip(cache: Path) -> Path:
     wheel = cache / "pip" / f"pip-{PIP_VERSION}-py3-none-any.whl"
     if not wheel.exists():
         wheel.parent.mkdir(parents=True, exist_ok=True)
-        _run(
+        run_command(
             [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary", ":all:"]
             + [f"pip=={PIP_VERSION}", "-d", str(wheel.parent)],
             f"downloading pip {PIP_VERSION}",
@@ -202,7 +202,7 @@ def pinned_pip(cache: Path) -> Path:
     return wheel
 
 
-def _run(command: list[str], what: str, env: dict | None = None) -> subprocess.CompletedProcess:
+def run_command(command: list[str], what: str, env: dict | None = None) -> subprocess.CompletedProcess:
     result = subprocess.run(command, capture_output=True, text=True, env=env)
     if result.returncode != 0:
         errors = [line for line in result.stderr.splitlines() if not line.startswith("WARNING: Location")]
@@ -389,7 +389,8 @@ def fetch_wheels(planned: list[Planned], *, target: Target, cache: Path) -> dict
     if missing:
         with tempfile.TemporaryDirectory(prefix="wheelhouse-dl-", dir=pool) as tmp:
             command = [sys.executable, str(pinned_pip(cache) / "pip"), "download", "-q", "--no-deps", "-d", tmp]
-            _run(command + target.pip_flags() + [f"{w.name}=={w.version}" for w in missing], "downloading wheels")
+            pins = [f"{w.name}=={w.version}" for w in missing]
+            run_command(command + target.pip_flags() + pins, "downloading wheels")
             for w in missing:
                 got = Path(tmp) / w.file
                 if not got.exists():
@@ -411,7 +412,7 @@ def build_project_wheel(out: Path) -> Path:
     command = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(REPO)]
     if _setuptools_major() >= 77:
         command.insert(4, "--no-build-isolation")
-    _run(command, "building this project's wheel")
+    run_command(command, "building this project's wheel")
     (wheel,) = out.glob("sam_spec_rollout-*.whl")
     return wheel
 

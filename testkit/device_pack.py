@@ -34,6 +34,7 @@ from sam_rollout.wheelhouse import (
     normalize,
     parse_freeze,
     pinned_pip,
+    run_command,
     sha256_of,
 )
 from testkit.data import DAPO, shared_data_dir
@@ -162,7 +163,7 @@ def extra_wheels(target: Target, cache: Path) -> list[Path]:
         pattern = f"{normalize(name).replace('-', '_')}-{version}-*.whl"
         if not list(pool.glob(pattern)):
             command = [sys.executable, str(pinned_pip(cache) / "pip"), "download", "-q", "--no-deps", "-d", str(pool)]
-            _run(command + target.pip_flags() + [spec], f"downloading {spec}")
+            run_command(command + target.pip_flags() + [spec], f"downloading {spec}")
         (wheel,) = pool.glob(pattern)
         found.append(wheel)
     return found
@@ -170,7 +171,7 @@ def extra_wheels(target: Target, cache: Path) -> list[Path]:
 
 def install_site(python: str, wheels: list[Path], site: Path) -> None:
     command = [python, "-m", "pip", "install", "-q", "--no-deps", "--no-compile", "--no-index", "--target", str(site)]
-    _run(command + [str(w) for w in wheels], f"installing {len(wheels)} wheels into {site}")
+    run_command(command + [str(w) for w in wheels], f"installing {len(wheels)} wheels into {site}")
 
 
 def prune(site: Path, pruned: tuple[Pruned, ...] = PRUNED) -> list[str]:
@@ -243,7 +244,7 @@ def plan_calls(parts: list[Path], extras: list[Path], root: Path, tree_bytes: in
 def working_tree_bytes(repo: Path) -> int:
     """What travels on every call: tracked files and untracked ones git does not ignore."""
     command = ["git", "-C", str(repo), "ls-files", "-z", "--cached", "--others", "--exclude-standard"]
-    listed = _run(command, "git ls-files")
+    listed = run_command(command, "git ls-files")
     paths = (repo / name for name in listed.stdout.split("\0") if name)
     return sum(p.stat().st_size for p in paths if p.is_file() and not p.is_symlink())
 
@@ -264,13 +265,6 @@ def _bytes_under(path: Path) -> int:
 def _relative(path: Path, root: Path) -> str:
     path = path.resolve()
     return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
-
-
-def _run(command: list[str], what: str) -> subprocess.CompletedProcess:
-    result = subprocess.run(command, capture_output=True, text=True)
-    if result.returncode != 0:
-        raise DevicePackError(f"{what} failed:\n" + "\n".join(result.stderr.splitlines()[-25:]))
-    return result
 
 
 # -- the pack ---------------------------------------------------------------------------------------------
