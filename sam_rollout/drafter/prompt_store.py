@@ -16,6 +16,8 @@ prompt, as raw tokens, within a byte budget.
   Python objects around them (measured by tests/test_prompt_store.py with tracemalloc).
 - `save`/`load`: a versioned file (docs/prompt-store.md), so the store outlives the engine (a training
   checkpoint and resume). Both stream the tokens: neither holds a second copy of the store.
+- `export`/`import_entries`: a few prompts' responses copied to another engine's store (the router's store
+  handoff, when it sends a prompt's next visit elsewhere), in a plain wire form (`encode_entries`).
 """
 
 from __future__ import annotations
@@ -55,6 +57,8 @@ class PromptStoreStats:
     added_responses: int = 0
     evicted_prompts: int = 0  # dropped for the byte budget
     dropped_responses: int = 0  # dropped for a prompt's token cap or with an evicted prompt
+    exported_prompts: int = 0  # prompts copied out for another engine (a store handoff)
+    imported_responses: int = 0  # responses copied in from another engine, new to this store
     prompts: int = 0
     responses: int = 0
     tokens: int = 0
@@ -112,6 +116,34 @@ class PromptStore:
         if replaces is not None and key in self._entries:
             self._drop_equal(self._entries[key], replaces[: self.tokens_per_prompt])
         self._add(key, [np.array(response[: self.tokens_per_prompt], dtype=np.int32)])
+
+    def export(self, keys: list[bytes]) -> dict[bytes, list[np.ndarray]]:
+        """The stored responses (oldest first) of each key this store holds, for another engine's store;
+        not a visit (no hit or miss counted)."""
+        out = {key: list(self._entries[key].responses) for key in keys if key in self._entries}
+        self._stats.exported_prompts += len(out)
+        return out
+
+    def import_entries(self, entries: dict[bytes, list[np.ndarray]]) -> int:
+        """Keep each key's responses (oldest first, as `export` gives them) as the newest of that prompt,
+        under this store's cap and budget; a response equal to one stored for the prompt is kept once.
+        Returns the responses new to this store."""
+        new = 0
+        for key, responses in entries.items():
+            if len(key) != KEY_BYTES:
+                raise ValueError(f"a prompt key is {KEY_BYTES} bytes, got {len(key)}")
+            kept = self._within_cap([np.array(r, dtype=np.int32).reshape(-1) for r in responses if len(r)])
+            entry = self._entries.get(key)
+            if entry is not None:
+                for response in kept:
+                    before = len(entry.responses)
+                    self._drop_equal(entry, response)
+                    new += len(entry.responses) == before
+            else:
+                new += len(kept)
+            self._add(key, kept)
+        self._stats.imported_responses += new
+        return new
 
     def items(self) -> Iterator[tuple[bytes, list[np.ndarray]]]:
         """(key, responses oldest first) per prompt, least recently updated prompt first."""
@@ -297,6 +329,22 @@ class PromptStore:
         self._stats.prompts -= 1
         self._stats.evicted_prompts += 1
         self._stats.dropped_responses += len(entry.responses)
+
+
+def encode_entries(entries: dict[bytes, list[np.ndarray]]) -> dict[str, list[bytes]]:
+    """`export`'s result as plain types for an RPC: keys in hex, each response its little-endian int32 bytes."""
+    return {key.hex(): [np.asarray(r).astype(TOKEN_DTYPE).tobytes() for r in rs] for key, rs in entries.items()}
+
+
+def decode_entries(wire: dict[str, list[bytes]]) -> dict[bytes, list[np.ndarray]]:
+    """`encode_entries`' inverse; raises ValueError on a malformed key or response."""
+    out = {}
+    for key_hex, responses in wire.items():
+        key = bytes.fromhex(key_hex)
+        if len(key) != KEY_BYTES or any(len(r) % TOKEN_DTYPE.itemsize for r in responses):
+            raise ValueError(f"malformed prompt-store entry {key_hex!r}")
+        out[key] = [np.frombuffer(r, dtype=TOKEN_DTYPE).astype(np.int32) for r in responses]
+    return out
 
 
 def _offsets(counts: list[int]) -> np.ndarray:

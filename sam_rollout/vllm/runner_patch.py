@@ -20,6 +20,9 @@ NPUModelRunner inherit them):
   same store, so the engine's first worker saves it and every worker loads it;
   ``sam_spec_clear_prompt_store`` empties it on every worker, which the caller does when only some of
   an engine's workers loaded the file (every worker must hold the same store to draft alike).
+- ``WorkerBase.sam_spec_export_prompt_responses`` (``args=(keys_hex,)``) / ``sam_spec_import_prompt_responses``
+  (``args=(wire,)``): a few prompts' responses out of the first worker's store and into every worker's
+  (the router's store handoff, ``sam_rollout.verl.runtime.store_handoff``).
 """
 
 from __future__ import annotations
@@ -101,12 +104,36 @@ def worker_sam_clear_prompt_store(worker) -> bool | None:
     return True
 
 
+def worker_sam_export_prompt_responses(worker, keys_hex: list[str]) -> dict | None:
+    """These prompts' stored responses (``encode_entries``' form) on the engine's first worker; None on
+    other workers or without a store."""
+    store = _prompt_store(worker)
+    if store is None or not _first_worker(worker):
+        return None
+    from sam_rollout.drafter.prompt_store import encode_entries
+
+    return encode_entries(store.export([bytes.fromhex(k) for k in keys_hex]))
+
+
+def worker_sam_import_prompt_responses(worker, wire: dict) -> int | None:
+    """Add another engine's exported responses to this worker's store: the responses new to it; None
+    without a store."""
+    store = _prompt_store(worker)
+    if store is None:
+        return None
+    from sam_rollout.drafter.prompt_store import decode_entries
+
+    return store.import_entries(decode_entries(wire))
+
+
 WORKER_RPCS = {
     "sam_spec_metrics": worker_sam_metrics,
     "sam_spec_pause": worker_sam_pause,
     "sam_spec_save_prompt_store": worker_sam_save_prompt_store,
     "sam_spec_load_prompt_store": worker_sam_load_prompt_store,
     "sam_spec_clear_prompt_store": worker_sam_clear_prompt_store,
+    "sam_spec_export_prompt_responses": worker_sam_export_prompt_responses,
+    "sam_spec_import_prompt_responses": worker_sam_import_prompt_responses,
 }
 
 
