@@ -13,7 +13,10 @@ denominator counts (docs/metrics.md defines each in one line):
 - ``rollout/route_revisit_requests`` and ``rollout/route_revisit_store_share``: requests of a prompt
   whose earlier visit ended, and, averaged over them, the share of that prompt's last visit that ran on
   the request's replica (where its stored responses are; 1.0 when groups return whole to their replica,
-  about 1/R under verl's default routing);
+  about 1/R under verl's default routing); ``rollout/route_revisit_store_available``, the same share
+  counting what a store handoff copied to the request's replica; ``rollout/route_store_handoffs`` and
+  ``..._failures``: groups whose store was (or could not be) copied to their replica, and
+  ``..._seconds``, the router's time waiting for those copies;
 - ``rollout/route_inflight_max_over_mean`` (and ``..._work_...``): the replicas' simultaneous load over
   the step, the integral over time of the most loaded replica's in-flight requests (work) over the
   integral of the mean over replicas, sampled at every routing event; ``rollout/route_requests_max_over_mean``:
@@ -35,7 +38,11 @@ COUNTERS = (
     "colocated_share_sum",
     "revisit_requests",
     "revisit_store_share_sum",
+    "revisit_store_available_sum",
     "overflowed_groups",
+    "store_handoffs",
+    "store_handoff_failures",
+    "store_handoff_seconds",
     "load_max_integral",
     "load_mean_integral",
     "work_max_integral",
@@ -80,6 +87,9 @@ class RoutingStepTracker:
             "rollout/route_continued_requests": d["continued_requests"],
             "rollout/route_revisit_requests": d["revisit_requests"],
             "rollout/route_overflowed_groups": d["overflowed_groups"],
+            "rollout/route_store_handoffs": d["store_handoffs"],
+            "rollout/route_store_handoff_failures": d["store_handoff_failures"],
+            "rollout/route_store_handoff_seconds": max(d["store_handoff_seconds"], 0.0),
             "rollout/route_replicas": float(len(per_server)),
             "rollout/route_requests_max_over_mean": _max_over_mean(per_server.values()),
         }
@@ -91,6 +101,9 @@ class RoutingStepTracker:
             out["rollout/route_group_colocation"] = _share(d["colocated_share_sum"], d["sibling_observations"])
         if d["revisit_requests"]:
             out["rollout/route_revisit_store_share"] = _share(d["revisit_store_share_sum"], d["revisit_requests"])
+            out["rollout/route_revisit_store_available"] = _share(
+                d["revisit_store_available_sum"], d["revisit_requests"]
+            )
         return out
 
 

@@ -36,6 +36,9 @@ def test_a_step_reports_the_difference_since_the_last_step():
             colocated_share_sum=21.0,
             revisit_requests=16,
             revisit_store_share_sum=12.0,
+            revisit_store_available_sum=16.0,
+            store_handoffs=2,
+            store_handoff_failures=1,
             load_max_integral=200.0,
             load_mean_integral=160.0,
             work_max_integral=30.0,
@@ -45,6 +48,8 @@ def test_a_step_reports_the_difference_since_the_last_step():
     assert second["rollout/requests"] == 24
     assert second["rollout/route_group_colocation"] == pytest.approx(9.0 / 18)
     assert second["rollout/route_revisit_store_share"] == 0.75
+    assert second["rollout/route_revisit_store_available"] == 1.0
+    assert (second["rollout/route_store_handoffs"], second["rollout/route_store_handoff_failures"]) == (2, 1)
     assert second["rollout/route_inflight_max_over_mean"] == 1.5  # (200 - 80) / (160 - 80)
     assert second["rollout/route_inflight_work_max_over_mean"] == 1.5
     assert second["rollout/route_requests_max_over_mean"] == 1.0
@@ -109,6 +114,7 @@ def step_logs(draw):
         total["colocated_share_sum"] += sum(draw(st.lists(share, min_size=siblings, max_size=siblings)))
         total["revisit_requests"] += revisits
         total["revisit_store_share_sum"] += sum(draw(st.lists(share, min_size=revisits, max_size=revisits)))
+        total["revisit_store_available_sum"] += sum(draw(st.lists(share, min_size=revisits, max_size=revisits)))
         for kind in ("load", "work"):
             mean = draw(st.floats(0.0, 1e4))
             total[f"{kind}_mean_integral"] += mean
@@ -124,7 +130,8 @@ def test_every_routing_ratio_stays_in_its_bounds(log):
     tracker = RoutingStepTracker()
     for snap in snapshots:
         step = tracker.step_metrics(snap)
-        for name in ("rollout/route_group_colocation", "rollout/route_revisit_store_share"):
+        for name in ("rollout/route_group_colocation", "rollout/route_revisit_store_share",
+                     "rollout/route_revisit_store_available"):  # fmt: skip
             if name in step:
                 assert 0.0 <= step[name] <= 1.0, (name, step)
         for name in ("rollout/route_inflight_max_over_mean", "rollout/route_inflight_work_max_over_mean",

@@ -2,12 +2,14 @@
 saves to and resumes from, and its real ``_save_checkpoint``/``_load_checkpoint`` wrapped, on a sync
 trainer built from the CPU recipe's config. Stood in: the actor worker group and the dataloader (no
 model here), and each replica's server, a Ray actor whose one engine worker holds a real SamStepper
-and answers through the worker RPCs of sam_rollout.vllm.runner_patch."""
+and answers through the worker RPCs of sam_rollout.vllm.runner_patch; with SamvLLMHttpServer's own
+export and import methods, the router's store handoff goes server to server through Ray."""
 
 import os
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 from verl_step import verl_step_only
 
 verl_step_only()
@@ -17,8 +19,10 @@ from test_verl_metrics import WORKER_START_S, ray_local  # noqa: E402, F401 (Ray
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync  # noqa: E402
 from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path  # noqa: E402
 
+from sam_rollout.drafter.prompt_store import prompt_key  # noqa: E402
 from sam_rollout.verl.launcher import recipe_config  # noqa: E402
 from sam_rollout.verl.runtime import checkpoint, replica  # noqa: E402
+from sam_rollout.verl.runtime.store_handoff import RayStoreHandoff  # noqa: E402
 
 RECIPE = ("dapo_smollm2_cpu", "dapo_smollm2_cpu")
 
@@ -117,6 +121,23 @@ class StoreServer:
         from sam_rollout.vllm.runner_patch import worker_sam_clear_prompt_store
 
         return [worker_sam_clear_prompt_store(w) for w in self.workers]
+
+    # the store handoff: SamvLLMHttpServer's own methods, over this engine's workers
+    sam_export_prompt_responses = replica.SamvLLMHttpServer.sam_export_prompt_responses
+    sam_import_prompt_responses = replica.SamvLLMHttpServer.sam_import_prompt_responses
+
+    @property
+    def engine(self):
+        """``collective_rpc`` over this engine's workers: each answers with the real worker RPC (built here:
+        the Ray worker cannot import this test module)."""
+        from sam_rollout.vllm.runner_patch import WORKER_RPCS
+
+        workers = self.workers
+
+        async def collective_rpc(method, args=()):
+            return [WORKER_RPCS[method](w, *args) for w in workers]
+
+        return SimpleNamespace(collective_rpc=collective_rpc)
 
 
 class ActorGroup:
@@ -245,3 +266,53 @@ def test_a_full_load_on_every_worker_is_kept(ray_local, tmp_path, capsys):  # no
     trainer(tmp_path, [server], "trainer.resume_mode=auto")._load_checkpoint()
     assert ray.get([server.contents.remote(0), server.contents.remote(1)]) == [saved, saved]
     assert "[sam] prompt store of rollout_0: loaded 1 prompts, 3 tokens" in capsys.readouterr().out
+
+
+# -- the router's store handoff between two servers (sam_rollout.verl.runtime.store_handoff) ----------
+HANDOFF_PROMPT = [1, 2, 3, 4]
+
+
+def key(prompt):
+    return prompt_key(np.array(prompt, dtype=np.int32))
+
+
+def test_a_handoff_copies_the_prompts_responses_to_every_worker_of_the_target(ray_local):  # noqa: F811
+    source, other, target = (StoreServer.remote(workers=2) for _ in range(3))
+    ray.get(source.visit.remote(HANDOFF_PROMPT, [10, 11, 12]), timeout=WORKER_START_S)
+    ray.get(other.visit.remote(HANDOFF_PROMPT, [20, 21]), timeout=WORKER_START_S)
+    ray.get(target.visit.remote([9, 9, 9], [5]), timeout=WORKER_START_S)  # another prompt, kept
+    assert RayStoreHandoff()(key(HANDOFF_PROMPT), [source, other], target) is True
+    after = ray.get([target.contents.remote(0), target.contents.remote(1)])
+    assert after[0] == after[1]  # the workers stay alike: TP ranks must draft alike
+    held = dict(after[0])
+    assert held[key(HANDOFF_PROMPT)] == [[10, 11, 12], [20, 21]] and held[key([9, 9, 9])] == [[5]]
+    assert ray.get(source.contents.remote()) == [(key(HANDOFF_PROMPT), [[10, 11, 12]])]  # a copy: the source keeps it
+
+
+def test_a_prompt_the_sources_no_longer_hold_is_reported_as_not_arrived(ray_local):  # noqa: F811
+    source, target = StoreServer.remote(), StoreServer.remote()
+    assert RayStoreHandoff()(key(HANDOFF_PROMPT), [source], target) is False
+    assert ray.get(target.contents.remote(), timeout=WORKER_START_S) == []
+
+
+def test_a_malformed_export_is_refused_before_any_worker_takes_it(ray_local):  # noqa: F811
+    target = StoreServer.remote(workers=2)
+    with pytest.raises(ray.exceptions.RayTaskError, match="malformed"):
+        ray.get(target.sam_import_prompt_responses.remote({"00" * 16: [b"\0\0\0"]}), timeout=WORKER_START_S)
+    assert ray.get([target.contents.remote(0), target.contents.remote(1)]) == [[], []]
+
+
+@ray.remote(num_cpus=0)
+class PlainServer:
+    """A server without SAM's methods (verl's own vLLMHttpServer)."""
+
+    def ready(self):
+        return True
+
+
+def test_servers_without_sam_turn_handoffs_off_with_a_reason(ray_local):  # noqa: F811
+    plain = PlainServer.remote()
+    assert ray.get(plain.ready.remote(), timeout=WORKER_START_S)
+    handoff = RayStoreHandoff()
+    assert handoff(key(HANDOFF_PROMPT), [plain], plain) is False
+    assert "cannot hand off prompt stores" in handoff.unsupported

@@ -107,8 +107,9 @@ def test_the_load_bound_holds_with_groups_kept_whole():
 
 
 def test_a_replica_over_its_bound_passes_the_group_on():
+    """Stores that stay (no handoff): the ring's order, and the bound passes a group on along it."""
     two = dict(list(SERVERS.items())[:2])
-    lb = balancer(servers=two)
+    lb = balancer(servers=two, store_handoff=False)
     ps = prompts(200, seed=5)
     home = lb._ring.walk  # the ring's first choice of each prompt
     from sam_rollout.drafter.prompt_store import prompt_key
@@ -193,6 +194,7 @@ def test_requests_without_prompt_ids_fall_back_to_verls_least_loaded():
         ({"virtual_nodes": 10_000_000}, "virtual_nodes must be at most 4096, got 10000000"),
         ({"router_class": 5}, "router_class must be a qualified class name (a string), got 5"),
         ({"load_bond": 1.5}, "unknown key(s) ['load_bond']"),
+        ({"store_handoff": "yes"}, "store_handoff must be true or false, got 'yes'"),
     ],
 )
 def test_bad_router_settings_name_the_setting(config, message):
@@ -289,20 +291,20 @@ def route_orders(lb, ps, order, tag):
 def test_a_resumed_router_named_by_replica_keys_routes_every_arrival_order_to_the_stores(tmp_path):
     """The CPU preset's resume: 4 groups of 4 on 2 replicas, any order in step 1, saved; a new router
     whose servers come in the other order with new addresses, named by replica key, loads the state
-    and sends every group of step 2, in any order, to where its last visit ran."""
+    and sends every group of step 2, in any order, to where its last visit ran (stores that stay)."""
     import itertools
 
     ps = prompts(4, seed=23)
     path = str(tmp_path / "router.json")
     two = list(SERVERS)[:2]
     for first in itertools.permutations(range(4)):
-        lb = balancer(servers={s: None for s in two})
+        lb = balancer(servers={s: None for s in two}, store_handoff=False)
         lb.set_ring_names({two[0]: "rollout_0", two[1]: "rollout_1"})
         route_orders(lb, ps, first, "s1")
         lb.save_state(path)
         for second in itertools.permutations(range(4)):
             renamed = {"10.9.9.1:9000": None, "10.9.9.0:9000": None}  # shuffled, new addresses
-            resumed = balancer(servers=renamed)
+            resumed = balancer(servers=renamed, store_handoff=False)
             resumed.set_ring_names({"10.9.9.0:9000": "rollout_0", "10.9.9.1:9000": "rollout_1"})
             assert resumed.load_state(path) == {"prompts": 4, "warning": None}
             route_orders(resumed, ps, second, "s2")
@@ -433,28 +435,124 @@ def interleavings(groups, n=4):
         yield [(p, j) for j in range(n) for p in order]
 
 
-def test_a_resumed_dapo_step_goes_back_to_the_stores_in_every_arrival_order(tmp_path):
-    """CI read store share 0.5 on the training test's resumed step: the saved bound expected a batch of 8
-    (the refill's busy period), the seconds its prompts took made one replica's stores look 5x heavier,
-    and prompt 0's merged visit looked like a group of 8. A resumed router sends every group of step 2
-    back to its store, in every arrival order."""
-    clock = [0.0]
-    two = list(SERVERS)[:2]
-    ps = prompts(4, seed=47)
-    lb = SamLoadBalancer({s: None for s in two}, {"policy": PROMPT_AFFINITY}, clock=lambda: clock[0])
+class StoreCopies:
+    """A store handoff that records each copy (handles are the servers' ids here) and says it arrived."""
+
+    def __init__(self) -> None:
+        self.copies: list[tuple[bytes, list, object]] = []
+
+    def __call__(self, key, sources, target) -> bool:
+        self.copies.append((key, list(sources), target))
+        return True
+
+
+def saved_dapo_step_one(tmp_path, clock, ps, two):
+    """CI's step 1 on a router named by replica keys, saved as verl saves it: (state path, home)."""
+    lb = SamLoadBalancer({s: s for s in two}, {"policy": PROMPT_AFFINITY}, clock=lambda: clock[0])
     lb.set_ring_names({two[0]: "rollout_0", two[1]: "rollout_1"})
     home = dapo_step_one(lb, clock, ps)
     assert sorted(list(home.values()).count(s) for s in two) == [2, 2]
     path = str(tmp_path / "router.json")
     lb.save_state(path)  # verl saves the checkpoint before it logs the step
     assert lb.end_step() == 16 and lb.estimates.batch_requests == 16  # the batch, not the refill's 4
+    return path, home
+
+
+def resumed_router(path, clock, handoff=None, **settings):
+    """A restarted router: servers in another order with new addresses, named by the same keys."""
+    renamed = {"10.9.9.1:9000": "10.9.9.1:9000", "10.9.9.0:9000": "10.9.9.0:9000"}
+    lb = SamLoadBalancer(renamed, {"policy": PROMPT_AFFINITY, **settings}, clock=lambda: clock[0], handoff=handoff)
+    lb.set_ring_names({"10.9.9.0:9000": "rollout_0", "10.9.9.1:9000": "rollout_1"})
+    assert lb.load_state(path) == {"prompts": 4, "warning": None}
+    return lb
+
+
+def test_a_resumed_dapo_step_goes_back_to_the_stores_in_every_arrival_order(tmp_path):
+    """CI read store share 0.5 on the training test's resumed step: the saved bound expected a batch of 8
+    (the refill's busy period), the seconds its prompts took made one replica's stores look 5x heavier,
+    and prompt 0's merged visit looked like a group of 8. With stores that cannot move
+    (store_handoff: false), a resumed router sends every group of step 2 back to its store, in every
+    arrival order."""
+    clock = [0.0]
+    two = list(SERVERS)[:2]
+    ps = prompts(4, seed=47)
+    path, home = saved_dapo_step_one(tmp_path, clock, ps, two)
     rank = {s: i for i, s in enumerate(two)}
     for arrivals in interleavings(range(4)):
-        renamed = {"10.9.9.1:9000": None, "10.9.9.0:9000": None}
-        resumed = SamLoadBalancer(renamed, {"policy": PROMPT_AFFINITY}, clock=lambda: clock[0])
-        resumed.set_ring_names({"10.9.9.0:9000": "rollout_0", "10.9.9.1:9000": "rollout_1"})
-        assert resumed.load_state(path) == {"prompts": 4, "warning": None}
+        resumed = resumed_router(path, clock, store_handoff=False)
         placed = {p: resumed.acquire_server(request_id=f"b{p}-{j}", prompt_ids=ps[p])[0] for p, j in arrivals}
         assert {p: int(s[-6]) for p, s in placed.items()} == {p: rank[s] for p, s in home.items()}, arrivals
         stats = resumed.routing_stats()
         assert stats["revisit_requests"] == 16 == stats["revisit_store_share_sum"], arrivals
+        assert stats["store_handoffs"] == 0
+
+
+def test_a_resumed_dapo_step_finds_every_store_on_its_replica_with_handoffs(tmp_path):
+    """With store handoffs (the default), a group the load bound sends off its store's replica takes the
+    store along: in every arrival order, every revisit finds its prompt's whole last visit on its
+    replica, and a copy is made exactly for the groups placed away from their stores."""
+    clock = [0.0]
+    two = list(SERVERS)[:2]
+    ps = prompts(4, seed=47)
+    path, home = saved_dapo_step_one(tmp_path, clock, ps, two)
+    new_address = {"10.0.0.0:8000": "10.9.9.0:9000", "10.0.0.1:8000": "10.9.9.1:9000"}
+    moved_orders = 0
+    for arrivals in interleavings(range(4)):
+        copies = StoreCopies()
+        resumed = resumed_router(path, clock, handoff=copies)
+        placed = {p: resumed.acquire_server(request_id=f"b{p}-{j}", prompt_ids=ps[p])[0] for p, j in arrivals}
+        away = {p for p in placed if placed[p] != new_address[home[p]]}
+        keys = {p: prompt_key(np.asarray(ps[p], dtype=np.int32)) for p in placed}
+        assert sorted(keys[p] for p in away) == sorted(k for k, _, _ in copies.copies)
+        for key, sources, target in copies.copies:
+            p = next(p for p in away if keys[p] == key)
+            assert sources == [new_address[home[p]]] and target == placed[p]
+        stats = resumed.routing_stats()
+        assert stats["revisit_requests"] == 16 == stats["revisit_store_available_sum"], arrivals
+        assert stats["store_handoffs"] == len(away) and stats["store_handoff_failures"] == 0
+        moved_orders += bool(away)
+    assert moved_orders  # the work bound does move groups here: the copies are exercised
+
+
+def test_a_failed_handoff_is_counted_and_the_group_runs_without_its_store(tmp_path):
+    clock = [0.0]
+    two = list(SERVERS)[:2]
+    ps = prompts(4, seed=47)
+    path, _ = saved_dapo_step_one(tmp_path, clock, ps, two)
+    for arrivals in interleavings(range(4)):
+        resumed = resumed_router(path, clock, handoff=lambda key, sources, target: False)
+        for p, j in arrivals:
+            resumed.acquire_server(request_id=f"b{p}-{j}", prompt_ids=ps[p])
+        stats = resumed.routing_stats()
+        assert stats["revisit_store_available_sum"] == stats["revisit_store_share_sum"]
+        if stats["store_handoff_failures"]:
+            return
+    raise AssertionError("no arrival order moved a group: the failure path was not exercised")
+
+
+def test_servers_without_the_handoff_methods_turn_handoffs_off_once():
+    from sam_rollout.verl.runtime.store_handoff import RayStoreHandoff
+
+    handoff = RayStoreHandoff()
+    assert handoff(b"k" * 16, [object()], object()) is False
+    assert "cannot hand off" in handoff.unsupported
+    assert handoff(b"k" * 16, [object()], object()) is False  # not tried again
+
+
+def test_with_handoffs_a_store_keeps_its_group_only_near_the_least_loaded():
+    """Two replicas, other groups' work 10 in flight on the second; a prompt's store on the first (a group
+    of 4 at 1.0 a request: work 4). Within half a group (2.0) of the least loaded, the group goes back to
+    its store (no copy); further off, the least loaded takes it and a copy of the store."""
+    two = dict(list(SERVERS.items())[:2])
+    a, b = list(two)
+    target = prompts(1, seed=11)[0]
+    for work_on_a, expect in ((11.5, a), (12.5, b)):
+        copies = StoreCopies()
+        lb = SamLoadBalancer(dict(two), {"policy": PROMPT_AFFINITY}, clock=lambda: 0.0, handoff=copies)
+        lb._remember(prompt_key(np.asarray(target, dtype=np.int32)), {a: 4}, request_cost=1.0)
+        lb._load.work.update({a: work_on_a, b: 10.0})  # other groups' work in flight
+        sid, _ = lb.acquire_server(request_id="t-0", prompt_ids=target)
+        assert sid == expect, (work_on_a, sid)
+        assert [(t, src) for _, src, t in copies.copies] == ([] if sid == a else [(two[b], [two[a]])])
+        stats = lb.routing_stats()
+        assert stats["revisit_store_available_sum"] == 1.0 and stats["store_handoffs"] == (sid != a)

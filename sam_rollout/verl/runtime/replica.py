@@ -8,7 +8,9 @@
   dispatch ``custom_class``; ``sam_rollout.ascend.ngram_route`` turns that route into SAM).
 - ``SamvLLMHttpServer.sam_spec_metrics`` returns the proposer's counters from every worker
   (verl's own ``collective_rpc`` discards results); ``sam_save_prompt_store`` and
-  ``sam_load_prompt_store`` move the prompt store to and from a file (``sam_rollout.verl.runtime.checkpoint``).
+  ``sam_load_prompt_store`` move the prompt store to and from a file (``sam_rollout.verl.runtime.checkpoint``);
+  ``sam_export_prompt_responses`` and ``sam_import_prompt_responses`` copy a few prompts' responses
+  between two servers (``sam_rollout.verl.runtime.store_handoff``).
 - ``SamvLLMHttpServer.generated_tokens`` counts the response tokens it generated, SAM on or off.
 - ``SamvLLMReplica`` launches those servers and registers itself for per-step metrics
   (``sam_rollout.verl.runtime.tracking``).
@@ -22,6 +24,7 @@ import ray
 from verl.utils.device import get_device_name
 from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMHttpServer, vLLMReplica
 
+from sam_rollout.drafter.prompt_store import decode_entries
 from sam_rollout.engine_kwargs import SETTINGS_KEY
 from sam_rollout.verl.runtime import tracking
 from sam_rollout.verl.runtime.engine_args import route_sam_engine_kwargs, sam_requested
@@ -52,6 +55,28 @@ class SamvLLMHttpServer(vLLMHttpServer):
     async def sam_load_prompt_store(self, path: str) -> list:
         """Per worker: what its prompt store holds after loading `path`, and why it is empty if it is."""
         return await self.engine.collective_rpc("sam_spec_load_prompt_store", args=(path,))
+
+    async def sam_export_prompt_responses(self, keys_hex: list[str]) -> dict:
+        """The stored responses of these prompts (``encode_entries``' form) from the engine's first worker."""
+        per_worker = await self.engine.collective_rpc("sam_spec_export_prompt_responses", args=(keys_hex,))
+        return next((w for w in per_worker if w is not None), {})
+
+    async def sam_import_prompt_responses(self, *exports: dict) -> dict:
+        """Add the exports' responses to every worker's store (all workers stay alike: where one fails,
+        every store is emptied, as after a partial load); returns the prompts received."""
+        wire: dict[str, list[bytes]] = {}
+        for export in exports:
+            for key_hex, responses in export.items():
+                wire.setdefault(key_hex, []).extend(responses)
+        decode_entries(wire)  # a malformed entry is refused here, before any worker takes it
+        if not wire:
+            return {"prompts": 0, "new_responses": []}
+        try:
+            new = await self.engine.collective_rpc("sam_spec_import_prompt_responses", args=(wire,))
+        except Exception:
+            await self.sam_clear_prompt_store()
+            raise
+        return {"prompts": len(wire), "new_responses": new}
 
     async def sam_clear_prompt_store(self) -> list:
         """Per worker: whether its prompt store was emptied (after a partial load: all workers agree)."""

@@ -6,22 +6,28 @@ least-loaded replica, which spreads a group over the replicas and sends a revisi
 ``SamLoadBalancer`` keys the route on the prompt instead, the key the drafter's store uses:
 
 - a prompt's group is placed whole when its first request arrives; its siblings join it;
-- replicas that served the prompt before (and so hold its stored responses) are tried first, then the
+- with store handoffs (``store_handoff``, the default), replicas are tried least in-flight work first,
+  a replica holding the prompt's stored responses ahead while its work is within half the group's
+  (``STORE_PREFERENCE``) of the least loaded. A returning group placed off the replicas holding its
+  prompt's store takes the store along: before its first request leaves the router, the prompt's
+  responses are copied to the chosen replica (``sam_rollout.verl.runtime.store_handoff``), so balance
+  costs no store;
+- without (``store_handoff: false``), replicas that served the prompt before are tried first, then the
   others in the order of a consistent-hash ring (virtual nodes per replica, named by the replica's
-  identity, so a restart whose servers come in another order with new addresses keeps the ring);
+  identity, so a restart whose servers come in another order with new addresses keeps the ring; the
+  ring also breaks ties in work). A replica holding the prompt's store is then judged in requests
+  alone: it takes the group while its in-flight requests with the group stay within ``load_bound`` x
+  the batch's expected requests per replica. That limit only grows while a batch arrives and reads no
+  timing, so whether a group goes back to its store depends neither on the order the batch's requests
+  arrive in nor on the seconds its prompt's last visit happened to take (latency under whatever else
+  ran then). The group counts as no larger than the newest group (a DAPO refill of a prompt whose group
+  still runs joins that group, and the visit is remembered twice as large);
 - load is counted in work: each in-flight request weighs what one request of its prompt cost at the
   prompt's last visit (seconds from acquire to release, as the router sees them), or the running mean
   cost for a prompt not seen yet. A replica takes a new group while its in-flight work with the group
   stays within ``load_bound`` x the mean work expected for the batch being routed, and never more than
   one group above ``load_bound`` x the mean of what is in flight now; else the group goes on along the
   order, and when no replica fits the least loaded takes it (docs/metrics.md, "the load bound");
-- a returning group's replica (one holding its prompt's store) is judged in requests alone: it takes the
-  group while its in-flight requests with the group stay within ``load_bound`` x the batch's expected
-  requests per replica. That limit only grows while a batch arrives and reads no timing, so whether a
-  group goes back to its store depends neither on the order the batch's requests arrive in nor on the
-  seconds its prompt's last visit happened to take (latency under whatever else ran then). The group
-  counts as no larger than the newest group (a DAPO refill of a prompt whose group still runs joins that
-  group, and the visit is remembered twice as large);
 - the batch being routed is expected to hold as many requests as the last training step's peak in
   flight (the trainer's metrics hook calls ``end_step``: a step's DAPO refills can run after its batch
   drained, and are no batch). What the bound learned is saved with the router state, so a resumed
@@ -62,6 +68,7 @@ import numpy as np
 from verl.workers.rollout.router import GlobalRequestLoadBalancer
 
 from sam_rollout.drafter.prompt_store import prompt_key
+from sam_rollout.verl.runtime.store_handoff import RayStoreHandoff
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +92,11 @@ COST_AVERAGING = 1 / 64  # weight of each released request in the running mean r
 # one replica: at most one group above the bound (benchmarks/routing.py: 1 group costs 2-7 points of
 # store share at 32B and 235B against 2 groups, and keeps 8 groups of 8 after a 64 x 8 batch within 1.5)
 GROUP_SLACK = 1
+# with store handoffs, a replica holding the prompt's store is chosen while its in-flight work is within
+# this many of the group's works of the least loaded replica's; further off, the least loaded takes the
+# group and a copy of the store (simulate_rollout --cluster --cluster-bounds: 0.5 copies 38-55% of the
+# returning groups and matches the least-loaded order's time at 235B; ideal affinity's at 32B)
+STORE_PREFERENCE = 0.5
 # trajectories remembered (LRU, each refreshed by its turns) to recognise their next turn: above the
 # requests of a rollout batch (verl's own sticky cache holds 10,000), about 250 bytes each
 TRAJECTORY_MEMORY = 100_000
@@ -99,12 +111,16 @@ class RouterSettings:
         MAX_VIRTUAL_NODES.
     prompt_memory: prompts remembered (LRU) with the replicas that served them and their cost: where
         their stored responses are, for routing and for the revisit metrics.
+    store_handoff: replicas are tried least loaded first, and a returning group placed off its store's
+        replicas takes the store with it (copied to the chosen replica); false: the store stays, its
+        replicas are tried first and judged in requests (module docstring).
     """
 
     policy: str = PROMPT_AFFINITY
     load_bound: float = 1.25
     virtual_nodes: int = 64
     prompt_memory: int = 200_000
+    store_handoff: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.policy, str) or self.policy not in POLICIES:
@@ -116,6 +132,8 @@ class RouterSettings:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"router {name} must be an integer >= 1, got {v!r}")
+        if not isinstance(self.store_handoff, bool):
+            raise ValueError(f"router store_handoff must be true or false, got {self.store_handoff!r}")
         if self.virtual_nodes > MAX_VIRTUAL_NODES:
             raise ValueError(
                 f"router virtual_nodes must be at most {MAX_VIRTUAL_NODES}, got {self.virtual_nodes}: the ring "
@@ -201,6 +219,8 @@ class _Group:
     earlier: dict[str, int]
     released_cost: float = 0.0
     released: int = 0
+    handoff_to: str | None = None  # the replica the prompt's store was copied to, and the last-visit
+    handed_off: int = 0  # requests whose responses it received
 
     @property
     def inflight(self) -> int:
@@ -241,7 +261,12 @@ class RoutingCounters:
     # over those, the sum of the share of the prompt's last visit that ran on the chosen replica (where
     # its stored responses are): 1.0 each when a group returns whole to its replica
     revisit_store_share_sum: float = 0.0
+    # over those, the same share counting what a store handoff copied to the chosen replica
+    revisit_store_available_sum: float = 0.0
     overflowed_groups: int = 0  # groups placed elsewhere than their first choice by the load bound
+    store_handoffs: int = 0  # groups whose prompt's store was copied to their replica
+    store_handoff_failures: int = 0  # groups whose store could not be copied (they ran without it)
+    store_handoff_seconds: float = 0.0  # the router's time waiting for copies
     # the replicas' simultaneous load over time, between routing events: the integrals over time of the
     # most loaded replica's in-flight requests and of the mean over replicas (request-seconds), and the
     # same in work (in-flight request costs, cost-seconds)
@@ -282,10 +307,15 @@ class SamLoadBalancer(GlobalRequestLoadBalancer):
         config: Mapping[str, Any] | None = None,
         *,
         clock: Callable[[], float] = time.monotonic,
+        handoff: Callable[[bytes, list[Any], Any], bool] | None = None,
     ):
+        """``handoff(key, source handles, target handle)`` copies a prompt's store and says whether it
+        arrived (default: ``RayStoreHandoff``); used only with ``store_handoff`` and prompt affinity."""
         super().__init__(servers)
         self.settings = RouterSettings.from_yaml_dict(config)
         self._clock = clock
+        moves = self.settings.store_handoff and self.settings.policy == PROMPT_AFFINITY
+        self._handoff = (handoff or RayStoreHandoff()) if moves else None
         self._ring = HashRing(self.settings.virtual_nodes)
         self._ring_names: dict[str, str] = {}
         self._groups: dict[bytes, _Group] = {}  # prompts with requests in flight
@@ -511,8 +541,12 @@ class SamLoadBalancer(GlobalRequestLoadBalancer):
         memory = self._served.get(key)
         stored = {sid for sid, n in memory.placed.items() if n} if memory is not None else set()
         loads = self._load.work
+        if self._stores_move:
+            order, in_requests = self._by_load(order, stored, work), set()
+        else:
+            in_requests = stored  # a store that cannot move: judged in requests (the module docstring)
         for sid in order:
-            if sid in stored:  # in requests, against the batch's limit (the module docstring says why)
+            if sid in in_requests:  # against the batch's limit (the module docstring says why)
                 fits = self._inflight_requests[sid] + store_size <= store_limit * (1 + 1e-9)
             else:
                 fits = loads.get(sid, 0.0) + work <= bound * (1 + 1e-9)
@@ -548,6 +582,21 @@ class SamLoadBalancer(GlobalRequestLoadBalancer):
         batch_bound = b * now_work * batch_requests / now_requests / replicas
         bound = min(batch_bound, b * now_work / replicas + GROUP_SLACK * work)
         return bound, work, min(size, e.group_size), b * batch_requests / replicas
+
+    @property
+    def _stores_move(self) -> bool:
+        """Store handoffs are on, and the servers have not turned out unable to make them."""
+        return self._handoff is not None and getattr(self._handoff, "unsupported", None) is None
+
+    def _by_load(self, order: list[str], stored: set[str], work: float) -> list[str]:
+        """With store handoffs: least in-flight work first (``order`` breaks ties), and a replica holding
+        the prompt's store ahead while its work is within STORE_PREFERENCE x the group's work of the
+        least loaded (a copy is cheap, not free)."""
+        loads = self._load.work
+        by_load = sorted(order, key=lambda sid: loads.get(sid, 0.0))
+        near = loads.get(by_load[0], 0.0) + STORE_PREFERENCE * work
+        first = [sid for sid in by_load if sid in stored and loads.get(sid, 0.0) <= near * (1 + 1e-9)]
+        return first + [sid for sid in by_load if sid not in first]
 
     def _preference(self, key: bytes) -> list[str]:
         """Replicas in the order this prompt's group tries them: those that served its earlier visits
@@ -613,13 +662,17 @@ class SamLoadBalancer(GlobalRequestLoadBalancer):
             earlier = dict(memory.placed) if memory is not None else {}
             group = self._groups[key] = _Group(on_server={}, placed={}, earlier=earlier)
             self._load.newest_group = key
+            self._hand_off_store(key, group, server_id)
         else:
             c.sibling_observations += 1
             c.colocated_share_sum += group.on_server.get(server_id, 0) / group.inflight
         last_visit = sum(group.earlier.values())
         if last_visit:
             c.revisit_requests += 1
-            c.revisit_store_share_sum += group.earlier.get(server_id, 0) / last_visit
+            here = group.earlier.get(server_id, 0)
+            c.revisit_store_share_sum += here / last_visit
+            copied = group.handed_off if server_id == group.handoff_to else 0
+            c.revisit_store_available_sum += (here + copied) / last_visit
         group.on_server[server_id] = group.on_server.get(server_id, 0) + 1
         group.placed[server_id] = group.placed.get(server_id, 0) + 1
         flight.group = group
@@ -629,6 +682,23 @@ class SamLoadBalancer(GlobalRequestLoadBalancer):
         self._trajectories[request_id] = _Trajectory(key, prompt_length, group)
         while len(self._trajectories) > TRAJECTORY_MEMORY:
             self._trajectories.popitem(last=False)
+
+    def _hand_off_store(self, key: bytes, group: _Group, server_id: str) -> None:
+        """A new visit placed on ``server_id``: copy its prompt's last-visit responses there from the
+        replicas that hold them (those still serving), and count what arrived."""
+        sources = [s for s, n in group.earlier.items() if n and s != server_id and s in self._servers]
+        if not self._stores_move or not sources:
+            return
+        c = self.counters
+        started = time.monotonic()
+        arrived = self._handoff(key, [self._servers[s] for s in sources], self._servers[server_id])
+        c.store_handoff_seconds += time.monotonic() - started
+        if arrived:
+            c.store_handoffs += 1
+            group.handoff_to = server_id
+            group.handed_off = sum(group.earlier[s] for s in sources)
+        else:
+            c.store_handoff_failures += 1
 
     def _advance_clock(self) -> float:
         """Add the load since the last routing event to the load integrals; returns now."""
