@@ -1,6 +1,6 @@
-"""Where verl's requests land: the real balancers (verl 0.9.1's default, ours in both policies, and the
-request-count bound ours had before) fed DAPO rollout batches over several epochs, on a simulated clock;
-counts and simulated seconds, not wall time.
+"""Where verl's requests land: the real balancers (verl 0.9.1's default, and ours in both policies, with
+prompt affinity with and without store handoffs) fed DAPO rollout batches over several epochs, on a
+simulated clock; counts and simulated seconds, not wall time.
 
     .venv-verl/bin/python -m benchmarks.routing [--out benchmarks/results/routing_<date>.json]
 
@@ -17,6 +17,8 @@ Reported per setup, pattern and balancer:
   on its replica (1.0: the whole group on one engine, where the drafter can use every sibling);
 - revisit store share: for each request of a prompt seen before, the share of that prompt's last visit
   that ran on its replica, whose prompt store holds those responses (1.0: the group came back whole);
+  store available: the same, counting the responses a store handoff copied to its replica; handoffs:
+  the groups whose store was copied, per revisiting group;
 - in-flight max/mean: the integral over time of the most loaded replica's in-flight requests over that
   of the mean over replicas (simultaneous load; 1.0: the replicas always equally loaded), and the same
   in work (each in-flight request weighing its length);
@@ -58,7 +60,7 @@ SETUPS = (
     Setup("qwen3_235b", prompts=1280, batch_prompts=128, n=16, replicas=32, epochs=3),
 )
 PATTERNS = ("steady", "shrink_grow", "overlap", "mixed_groups")
-BALANCERS = ("verl_default", "least_loaded", "request_bound", "prompt_affinity")
+BALANCERS = ("verl_default", "least_loaded", "fixed_stores", "prompt_affinity")
 LOG_LENGTH_SD = 0.8  # of a request's log length
 LENGTH_ICC = 0.79  # the prompt's share of the log-length variance
 SHRINK_GROW = (1, 2, 4, 2)  # batch size divisors, in turn
@@ -73,48 +75,16 @@ class Clock:
         return self.now
 
 
-def request_bound_class():
-    """The bound ours had before (d5592da): requests, not work, against the larger of the in-flight
-    total with the largest group seen and the last busy period's peak; the largest group only grows."""
-    from sam_rollout.verl.runtime.router import SamLoadBalancer
+class StoreCopies:
+    """The router's store handoff here: no engines, so a copy is a record (prompt key, target replica)
+    that says it arrived; the benchmark reads where each prompt's store went from it."""
 
-    class RequestBound(SamLoadBalancer):
-        largest_group = 1
-        burst_peak = 0
-        last_burst_peak = 0
+    def __init__(self) -> None:
+        self.copies: list[tuple[bytes, object]] = []
 
-        def acquire_server(self, request_id, prompt_ids=None, **extra):
-            out = super().acquire_server(request_id, prompt_ids=prompt_ids, **extra)
-            self.burst_peak = max(self.burst_peak, self.get_total_inflight())
-            flight = self._flights[request_id]
-            if flight.key is not None and flight.key in self._groups:
-                self.largest_group = max(self.largest_group, self._groups[flight.key].inflight)
-            return out
-
-        def release_server(self, server_id, request_id=None):
-            super().release_server(server_id, request_id)
-            if self.burst_peak and not self.get_total_inflight():
-                self.last_burst_peak, self.burst_peak = self.burst_peak, 0
-
-        def _bound(self, key):
-            size = self.largest_group
-            total = max(self.get_total_inflight() + size, self.last_burst_peak)
-            return math.ceil(self.settings.load_bound * total / len(self._inflight_requests) - 1e-9), size
-
-        def _choose(self, key, placing_group=True):  # placing_group: the work bound's overflow counter
-            group = self._groups.get(key)
-            if group is not None:
-                live = [sid for sid in group.on_server if sid in self._inflight_requests]
-                if live:
-                    return max(live, key=lambda sid: group.on_server[sid])
-            order = self._preference(key)
-            bound, size = self._bound(key)
-            for sid in order:
-                if self._inflight_requests[sid] + size <= bound:
-                    return sid
-            return min(order, key=lambda sid: self._inflight_requests[sid])
-
-    return RequestBound
+    def __call__(self, key, sources, target) -> bool:
+        self.copies.append((key, target))
+        return True
 
 
 def make_balancer(kind: str, servers: dict, clock: Clock):
@@ -124,23 +94,38 @@ def make_balancer(kind: str, servers: dict, clock: Clock):
 
     if kind == "verl_default":
         return GlobalRequestLoadBalancer(dict(servers))
-    if kind == "request_bound":
-        return request_bound_class()(dict(servers), {"policy": "prompt_affinity"}, clock=clock)
-    lb = SamLoadBalancer(dict(servers), {"policy": kind}, clock=clock)
+    if kind == "fixed_stores":  # the rule of f7abba7: stores stay, their replicas judged in requests
+        lb = SamLoadBalancer(dict(servers), {"policy": "prompt_affinity", "store_handoff": False}, clock=clock)
+    else:
+        lb = SamLoadBalancer(dict(servers), {"policy": kind}, clock=clock, handoff=StoreCopies())
     lb.set_ring_names({sid: f"rollout_{i}" for i, sid in enumerate(servers)})
     return lb
 
 
+def store_copies(lb) -> list:
+    """The copies the balancer's handoff made so far (none without handoffs)."""
+    handoff = getattr(lb, "_handoff", None)
+    return handoff.copies if isinstance(handoff, StoreCopies) else []
+
+
+def prompt_key_of(ids) -> bytes:
+    from sam_rollout.drafter.prompt_store import prompt_key
+
+    return prompt_key(np.asarray(ids, dtype=np.int32))
+
+
 # the cluster simulator's routings that run a real balancer here: {its name: make_balancer's kind}
-SIMULATOR_ROUTINGS = {"work_bound": "prompt_affinity", "request_bound": "request_bound"}
+SIMULATOR_ROUTINGS = {"handoff": "prompt_affinity", "fixed_stores": "fixed_stores"}
 
 
 def place_batches(kind: str, replicas: int, batches, seed: int = 0) -> list[dict]:
     """Drive balancer ``kind`` through synchronous rollout steps (a step's requests all acquire, then each
     releases when its seconds have passed; the next step starts once all have). ``batches``: per step, its
     groups in arrival order, each (prompt id, seconds per request). Returns per step ``where`` (per group,
-    the replica index of each request) and ``store_share`` (over requests of prompts seen before, the
-    share of the prompt's last visit on the request's replica; None when none returns)."""
+    the replica index of each request), ``store_share`` (over requests of prompts seen before, the
+    share of the prompt's last visit on the request's replica; None when none returns), ``store_available``
+    (the same, counting a store handoff's copy) and ``moved`` (prompt ids whose store was copied to
+    their replica)."""
     servers = {f"10.0.0.{i}:8000": i for i in range(replicas)}
     clock = Clock()
     lb = make_balancer(kind, servers, clock)
@@ -151,9 +136,10 @@ def place_batches(kind: str, replicas: int, batches, seed: int = 0) -> list[dict
     last_visit: dict = {}  # prompt id -> replica index per request of its last visit
     out = []
     for step in batches:
-        where, shares, events = [], [], []
+        where, shares, available, moved, events = [], [], [], [], []
         for prompt, seconds in step:
             ids = tokens.setdefault(prompt, rng.integers(0, 150_000, size=int(rng.integers(64, 512))).tolist())
+            copied_before = len(store_copies(lb))
             placed = []
             for j, s in enumerate(seconds):
                 clock.now += ARRIVAL_GAP_S
@@ -161,9 +147,13 @@ def place_batches(kind: str, replicas: int, batches, seed: int = 0) -> list[dict
                 sid, _ = lb.acquire_server(request_id=rid, prompt_ids=ids)
                 placed.append(servers[sid])
                 events.append((clock.now + float(s), rid, sid))
+            copy = [t for k, t in store_copies(lb)[copied_before:] if k == prompt_key_of(ids)]
             if prompt in last_visit:
                 before = last_visit[prompt]
                 shares += [before.count(r) / len(before) for r in placed]
+                available += [1.0 if r in copy else before.count(r) / len(before) for r in placed]
+            if copy:
+                moved.append(prompt)
             where.append(np.array(placed, dtype=np.int64))
         for t, rid, sid in sorted(events):
             clock.now = t
@@ -171,7 +161,12 @@ def place_batches(kind: str, replicas: int, batches, seed: int = 0) -> list[dict
         if end_step is not None:
             end_step()
         last_visit.update({prompt: w.tolist() for (prompt, _), w in zip(step, where)})
-        out.append({"where": where, "store_share": float(np.mean(shares)) if shares else None})
+        out.append({
+            "where": where,
+            "store_share": float(np.mean(shares)) if shares else None,
+            "store_available": float(np.mean(available)) if available else None,
+            "moved": moved,
+        })  # fmt: skip
     return out
 
 
@@ -222,7 +217,9 @@ def run_setup(setup: Setup, kind: str, pattern: str, seed: int = 0) -> dict:
             turn += 1
     load = LoadIntegral(servers)
     last_visit: dict[int, list[str]] = {}
-    colocation, store_share, work_ratios = [], [], []
+    colocation, store_share, store_available, work_ratios = [], [], [], []
+    revisiting_groups = 0
+    keys = [prompt_key_of(ids) for ids in prompts]
     events: list = []  # (time, seq, request id, server, length)
     seq = 0
     now = 0.0
@@ -244,6 +241,8 @@ def run_setup(setup: Setup, kind: str, pattern: str, seed: int = 0) -> dict:
         placed_now: dict[int, list[str]] = {}
         work_here = dict.fromkeys(servers, 0.0)
         for p in batch:
+            copied_before = len(store_copies(lb))
+            revisiting_groups += p in last_visit
             for j in range(sizes[p]):
                 now += ARRIVAL_GAP_S
                 clock.now = now
@@ -256,7 +255,10 @@ def run_setup(setup: Setup, kind: str, pattern: str, seed: int = 0) -> dict:
                     colocation.append(earlier.count(sid) / len(earlier))
                 earlier.append(sid)
                 if p in last_visit:
-                    store_share.append(last_visit[p].count(sid) / len(last_visit[p]))
+                    share = last_visit[p].count(sid) / len(last_visit[p])
+                    copied = any(k == keys[p] and t == servers[sid] for k, t in store_copies(lb)[copied_before:])
+                    store_share.append(share)
+                    store_available.append(1.0 if copied else share)
                 length = float(np.exp(prompt_log_mean[p] + rng.normal(0.0, sample_sd)))
                 load.requests[sid] += 1
                 load.work[sid] += length
@@ -276,6 +278,8 @@ def run_setup(setup: Setup, kind: str, pattern: str, seed: int = 0) -> dict:
     return {
         "group_colocation": float(np.mean(colocation)),
         "revisit_store_share": float(np.mean(store_share)) if store_share else None,
+        "revisit_store_available": float(np.mean(store_available)) if store_available else None,
+        "handoffs_per_revisiting_group": len(store_copies(lb)) / revisiting_groups if revisiting_groups else None,
         "inflight_max_over_mean": inflight,
         "inflight_work_max_over_mean": work,
         "batch_work_max_over_mean_worst": float(max(work_ratios)),
@@ -301,8 +305,8 @@ def main(argv=None) -> int:
         return 2
     t0 = time.perf_counter()
     rows = []
-    print("setup          pattern       balancer         co-location  store share  in-flight m/m  work m/m  "
-          "batch work m/m worst (mean)")  # fmt: skip
+    print("setup          pattern       balancer         co-location  store share  available    handoffs     "
+          "in-flight m/m  work m/m     batch work m/m worst (mean)")  # fmt: skip
     for setup in (s for s in SETUPS if s.name in args.setups):
         for pattern in args.patterns:
             for kind in BALANCERS:
@@ -315,7 +319,8 @@ def main(argv=None) -> int:
 
                 print(
                     f"{setup.name:<14} {pattern:<13} {kind:<16} {span('group_colocation')}  "
-                    f"{span('revisit_store_share')}  {span('inflight_max_over_mean')}  "
+                    f"{span('revisit_store_share')}  {span('revisit_store_available')}  "
+                    f"{span('handoffs_per_revisiting_group')}  {span('inflight_max_over_mean')}  "
                     f"{span('inflight_work_max_over_mean')}  "
                     f"{max(r['batch_work_max_over_mean_worst'] for r in runs):.3f} "
                     f"({np.mean([r['batch_work_max_over_mean_mean'] for r in runs]):.3f})",

@@ -843,8 +843,10 @@ def summary_row(r: dict) -> dict:
 
 ROUTINGS = ("default", "affinity")
 # prompt affinity by the real balancer (``benchmarks.routing.place_batches``; needs verl): ours as it is
-# (the work bound), and the request-count bound it had before
-ROUTER_ROUTINGS = ("work_bound", "request_bound")
+# (a group placed off its store's replica takes a copy of the store along), and with stores that stay
+# where they are (``store_handoff: false``, the rule before)
+ROUTER_ROUTINGS = ("handoff", "fixed_stores")
+STORE_FOLLOWS_GROUP = ("handoff",)  # routings whose revisits find the whole store on their replica
 ROUTER_SECONDS_PER_TOKEN = 0.03  # a request's seconds in flight per response token, as the balancer times it
 ROUTER_BATCHES_PER_EPOCH = 4  # the dataset the balancer routes before the priced step: 4 steps' prompts
 EPOCHS = ("first", "later")
@@ -899,7 +901,7 @@ def router_steps(routing: str, replicas: int, steps, seed: int = 0) -> list[dict
     placed = place_batches(SIMULATOR_ROUTINGS[routing], replicas, batches, seed)
     return [
         {"where": dict(zip((p for p, _ in step), out["where"])), "order": [p for p, _ in step],
-         "store_share": out["store_share"]}
+         "store_share": out["store_share"], "store_available": out["store_available"]}
         for step, out in zip(steps, placed)
     ]  # fmt: skip
 
@@ -920,7 +922,7 @@ def router_step_placements(routing: str, replicas: int, group_size: int, visit_l
     one routes every prompt in a random order, set 0's at their visit 1 (their earlier visit); epoch two
     the other sets, then set 0. Returns "first": the placement of epoch one's last step (new prompts,
     the balancer warmed), "later": set 0's in epoch two, per request in the priced step's order, and the
-    "store_share" of that step."""
+    "store_share" and "store_available" of that step."""
     rng = np.random.default_rng([seed, 1])
     prompts = len(visit_lengths(0, 0)) // group_size
     sets = ROUTER_BATCHES_PER_EPOCH
@@ -945,6 +947,7 @@ def router_step_placements(routing: str, replicas: int, group_size: int, visit_l
         "first": np.concatenate([first["where"][p] for p in first["order"]]),
         "later": np.concatenate([later["where"][(0, g)] for g in range(prompts)]),
         "store_share": later["store_share"],
+        "store_available": later["store_available"],
     }
 
 
@@ -1050,6 +1053,8 @@ def routed_acceptance(
         if by_router:  # the balancer times each visit's requests by their lengths
             visits = router_visits(routing, [[g.responses for g in before], [g.responses for g in now]], replicas, rng)
             where_before, where = (v["where"] for v in visits)
+            if routing in STORE_FOLLOWS_GROUP:  # the earlier visit's responses were copied to the group's replica
+                where_before = [np.full(len(b.responses), np.bincount(w).argmax()) for b, w in zip(before, where)]
         else:
             where_before = route(routing, [len(g.responses) for g in before], replicas, rng, prompt_replica)
             where = route(routing, [len(g.responses) for g in now], replicas, rng, prompt_replica)
@@ -1194,7 +1199,7 @@ def cluster_step(
     or an epoch; times include ``prefill`` ms per request. A routing of ROUTER_ROUTINGS in ``tables``
     places each epoch by the real balancer (``router_step_placements`` over ``visit_lengths``, whose
     set 0 visit 0 is ``lengths``): its arms "off first", "off later" (no speculation so placed), the
-    epochs, and the later step's "store_share"."""
+    epochs, and the later step's "store_share" and "store_available"."""
     if setup.requests % group_size or len(lengths) != setup.requests:
         raise ValueError(f"{setup.requests} requests must be {len(lengths)} lengths, whole groups of {group_size}")
     off = Policy("off", np.zeros(setup.max_num_seqs + 1, dtype=np.int64))
@@ -1218,6 +1223,7 @@ def cluster_step(
             )
             out[(routing, epoch)] = _run_with_prefill(setup, lengths, grid, t, sam, seed, placed[epoch], prefill)
         out[(routing, "later")]["store_share"] = placed["store_share"]
+        out[(routing, "later")]["store_available"] = placed["store_available"]
     return out
 
 
@@ -1436,11 +1442,13 @@ def cluster_what_ifs(
 def cluster_table(result: dict) -> str:
     """Markdown: per scale, replica count and epoch, no speculation (default routing) against SAM under each
     routing (the real balancer's bounds where simulated: "-" elsewhere), every ratio dividing by the
-    no-speculation time shown; and the store share of the balancer's later step, work / request bound."""
+    no-speculation time shown; and the balancer's later step's store share (where the stores were) and,
+    with handoffs, what its revisits found on their replicas."""
     rows = {(r["scale"], r["replicas"], r["routing"], r["arm"]): r for r in result["rows"]}
     lines = [
         "| setup | replicas | epoch | no speculation | SAM, default routing | SAM, ideal affinity "
-        "| SAM, affinity work bound | SAM, affinity request bound | store share, work / request bound |",
+        "| SAM, affinity with store handoff | SAM, affinity with fixed stores "
+        "| store share, handoff (available) / fixed stores |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
 
@@ -1452,8 +1460,12 @@ def cluster_table(result: dict) -> str:
         off = rows[(scale, replicas, "default", "off")]
         own = " (recipe's)" if replicas == off["published_replicas"] else ""
         for epoch in EPOCHS:
-            shares = [rows.get((scale, replicas, ro, epoch), {}).get("store_share") for ro in ROUTER_ROUTINGS]
-            share = " / ".join("-" if x is None else f"{x:.3f}" for x in shares)
+            moved, fixed = (rows.get((scale, replicas, ro, epoch), {}) for ro in ROUTER_ROUTINGS)
+            moved_share = moved.get("store_share")
+            share = " / ".join([
+                "-" if moved_share is None else f"{moved_share:.3f} ({moved['store_available']:.3f})",
+                "-" if fixed.get("store_share") is None else f"{fixed['store_share']:.3f}",
+            ])  # fmt: skip
             lines.append(
                 f"| {scale} | {replicas}{own} | {epoch} | {off['wall_s']:.0f} s | "
                 + " | ".join(cell(scale, replicas, ro, epoch) for ro in (*ROUTINGS, *ROUTER_ROUTINGS))

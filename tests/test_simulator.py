@@ -465,7 +465,8 @@ def test_grouped_lengths_share_a_prompt_effect():
 
 
 def test_real_balancer_keeps_groups_whole_and_returns_them_to_their_store():
-    """The cluster simulator's work and request-count bounds run the real balancer (verl's base class)."""
+    """The cluster simulator's balancer routings (with store handoffs, and with stores that stay) run the
+    real balancer (verl's base class)."""
     pytest.importorskip("verl.workers.rollout.router")
     from benchmarks.simulator import ROUTER_ROUTINGS, grouped_lognormal_lengths, router_step_placements
 
@@ -480,7 +481,11 @@ def test_real_balancer_keeps_groups_whole_and_returns_them_to_their_store():
             where = out[epoch].reshape(prompts, n)
             assert (where == where[:, :1]).all(), (routing, epoch)  # siblings on their group's replica
             assert set(where[:, 0].tolist()) == set(range(replicas)), (routing, epoch)
-        assert 0.5 <= out["store_share"] <= 1.0, routing
+        assert 0.5 <= out["store_share"] <= out["store_available"] <= 1.0, routing
+        if routing == "handoff":
+            assert out["store_available"] == 1.0  # every store went with its group
+        else:
+            assert out["store_available"] == out["store_share"]
     with pytest.raises(ValueError, match="routing must be one of"):
         router_step_placements("affinity", replicas, n, visits)
 
