@@ -94,8 +94,9 @@ COST_AVERAGING = 1 / 64  # weight of each released request in the running mean r
 GROUP_SLACK = 1
 # with store handoffs, a replica holding the prompt's store is chosen while its in-flight work is within
 # this many of the group's works of the least loaded replica's; further off, the least loaded takes the
-# group and a copy of the store (simulate_rollout --cluster --cluster-bounds: 0.5 copies 38-55% of the
-# returning groups and matches the least-loaded order's time at 235B; ideal affinity's at 32B)
+# group and a copy of the store. simulate_rollout --cluster --cluster-bounds, later epochs: 0.5 copies 38%
+# (32B) and 55% (235B) of the returning groups, at 0.725x and 0.786x; 0 (least loaded alone, an exploratory
+# run not kept) copied 74% and 96%, at 0.733x and 0.785x
 STORE_PREFERENCE = 0.5
 # trajectories remembered (LRU, each refreshed by its turns) to recognise their next turn: above the
 # requests of a rollout batch (verl's own sticky cache holds 10,000), about 250 bytes each
