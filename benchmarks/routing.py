@@ -76,14 +76,15 @@ class Clock:
 
 
 class StoreCopies:
-    """The router's store handoff here: no engines, so a copy is a record (prompt key, target replica)
-    that says it arrived; the benchmark reads where each prompt's store went from it."""
+    """The router's store handoff without engines: each copy is a record (prompt key, source handles,
+    target handle) that says it arrived; the benchmark (and the router's tests) read where each prompt's
+    store went from it."""
 
     def __init__(self) -> None:
-        self.copies: list[tuple[bytes, object]] = []
+        self.copies: list[tuple[bytes, list, object]] = []
 
     def __call__(self, key, sources, target) -> bool:
-        self.copies.append((key, target))
+        self.copies.append((key, list(sources), target))
         return True
 
 
@@ -147,7 +148,8 @@ def place_batches(kind: str, replicas: int, batches, seed: int = 0) -> list[dict
                 sid, _ = lb.acquire_server(request_id=rid, prompt_ids=ids)
                 placed.append(servers[sid])
                 events.append((clock.now + float(s), rid, sid))
-            copy = [t for k, t in store_copies(lb)[copied_before:] if k == prompt_key_of(ids)]
+            key = prompt_key_of(ids)
+            copy = [t for k, _, t in store_copies(lb)[copied_before:] if k == key]
             if prompt in last_visit:
                 before = last_visit[prompt]
                 shares += [before.count(r) / len(before) for r in placed]
@@ -256,7 +258,7 @@ def run_setup(setup: Setup, kind: str, pattern: str, seed: int = 0) -> dict:
                 earlier.append(sid)
                 if p in last_visit:
                     share = last_visit[p].count(sid) / len(last_visit[p])
-                    copied = any(k == keys[p] and t == servers[sid] for k, t in store_copies(lb)[copied_before:])
+                    copied = any(k == keys[p] and t == servers[sid] for k, _, t in store_copies(lb)[copied_before:])
                     store_share.append(share)
                     store_available.append(1.0 if copied else share)
                 length = float(np.exp(prompt_log_mean[p] + rng.normal(0.0, sample_sd)))

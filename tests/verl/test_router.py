@@ -12,6 +12,7 @@ verl_step_only()
 
 from verl.workers.rollout.router import GlobalRequestLoadBalancer  # noqa: E402
 
+from benchmarks.routing import StoreCopies  # noqa: E402
 from sam_rollout.drafter.prompt_store import prompt_key  # noqa: E402
 from sam_rollout.routing_metrics import RoutingStepTracker  # noqa: E402
 from sam_rollout.verl.runtime.router import LEAST_LOADED, PROMPT_AFFINITY, RouterSettings, SamLoadBalancer  # noqa: E402
@@ -433,17 +434,6 @@ def interleavings(groups, n=4):
     for order in itertools.permutations(groups):
         yield [(p, j) for p in order for j in range(n)]
         yield [(p, j) for j in range(n) for p in order]
-
-
-class StoreCopies:
-    """A store handoff that records each copy (handles are the servers' ids here) and says it arrived."""
-
-    def __init__(self) -> None:
-        self.copies: list[tuple[bytes, list, object]] = []
-
-    def __call__(self, key, sources, target) -> bool:
-        self.copies.append((key, list(sources), target))
-        return True
 
 
 def saved_dapo_step_one(tmp_path, clock, ps, two):
