@@ -40,6 +40,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from testkit.store_copies import StoreCopies
+
 
 @dataclass(frozen=True)
 class Setup:
@@ -73,19 +75,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-class StoreCopies:
-    """The router's store handoff without engines: each copy is a record (prompt key, source handles,
-    target handle) that says it arrived; the benchmark (and the router's tests) read where each prompt's
-    store went from it."""
-
-    def __init__(self) -> None:
-        self.copies: list[tuple[bytes, list, object]] = []
-
-    def __call__(self, key, sources, target) -> bool:
-        self.copies.append((key, list(sources), target))
-        return True
 
 
 def make_balancer(kind: str, servers: dict, clock: Clock):

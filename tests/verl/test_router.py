@@ -12,10 +12,10 @@ verl_step_only()
 
 from verl.workers.rollout.router import GlobalRequestLoadBalancer  # noqa: E402
 
-from benchmarks.routing import StoreCopies  # noqa: E402
 from sam_rollout.drafter.prompt_store import prompt_key  # noqa: E402
 from sam_rollout.routing_metrics import RoutingStepTracker  # noqa: E402
 from sam_rollout.verl.runtime.router import LEAST_LOADED, PROMPT_AFFINITY, RouterSettings, SamLoadBalancer  # noqa: E402
+from testkit.store_copies import StoreCopies  # noqa: E402
 
 SERVERS = {f"10.0.0.{i}:8000": f"handle-{i}" for i in range(4)}
 
