@@ -161,8 +161,12 @@ def test_the_step_logged_reward_rollout_time_acceptance_and_routing(trained):
         assert step["rollout/sam_acceptance_length"] > 1.0  # SAM drafted and vLLM accepted drafts
         assert step["rollout/sam_draft_tokens"] > 0 and step["rollout/sam_engines"] == 2
         assert step["rollout/sam_live_requests"] <= 2 * 8  # the drafters free what finished (max_num_seqs 8)
-        # every GRPO group on one engine, both engines used, the load within the router's bound
-        assert step["rollout/route_group_colocation"] == 1.0 and step["rollout/route_replicas"] == 2
+        # every GRPO group of 4 on one engine (group_chunk 4), both engines used. A DAPO refill of a prompt
+        # still in flight opens a chunk of its own, placed by load: 4 refills of one prompt beside 12
+        # whole-group observations bring the mean no lower than 12 / 20 (docs/metrics.md)
+        colocation = step["rollout/route_group_colocation"]
+        assert colocation == 1.0 if step["rollout/requests"] == PROMPTS * 4 else colocation >= 0.5
+        assert step["rollout/route_replicas"] == 2
         assert step["rollout/requests"] == step["rollout/sam_requests_started"] >= PROMPTS * 4
         # simultaneous load over the step (docs/metrics.md), the drain at its end included, when the last
         # requests of a group run on one replica alone: 1.01-1.59 in four such steps (benchmarks/routing.py's

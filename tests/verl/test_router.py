@@ -55,8 +55,10 @@ def top_share(sids):
 def test_groups_stay_on_one_replica_where_verls_default_spreads_them():
     ps = prompts(32)
     batch = list(enumerate(ps))
-    ours, _ = route_batch(balancer(), batch, n=8, tag="a")
+    ours, _ = route_batch(balancer(group_chunk=0), batch, n=8, tag="a")  # whole groups
     assert all(top_share(s) == 1.0 for s in ours.values())
+    chunked, _ = route_batch(balancer(), batch, n=8, tag="a")  # the default: chunks of 4
+    assert all(sorted(s.count(x) for x in set(s)) in ([8], [4, 4]) for s in chunked.values())
     random.seed(0)
     default, _ = route_batch(GlobalRequestLoadBalancer(dict(SERVERS)), batch, n=8, tag="a")
     assert np.mean([top_share(s) for s in default.values()]) < 0.5  # about 1/4 over 4 replicas
@@ -64,7 +66,7 @@ def test_groups_stay_on_one_replica_where_verls_default_spreads_them():
 
 def test_revisits_return_to_the_replica_that_served_the_prompt():
     ps = prompts(32)
-    lb = balancer()
+    lb = balancer(group_chunk=0)
     first, _ = route_batch(lb, list(enumerate(ps)), n=8, tag="e1")
     order = list(enumerate(ps))
     random.Random(1).shuffle(order)  # the next epoch, in another order
@@ -95,7 +97,7 @@ def test_the_load_bound_holds_with_groups_kept_whole():
     import itertools
 
     lb = SamLoadBalancer(
-        dict(SERVERS), {"policy": PROMPT_AFFINITY}, clock=itertools.count().__next__
+        dict(SERVERS), {"policy": PROMPT_AFFINITY, "group_chunk": 0}, clock=itertools.count().__next__
     )  # a tick an event
     batch = list(enumerate(prompts(64, seed=3)))
     placed, held = route_batch(lb, batch, n=8, tag="b", release=False)
@@ -196,6 +198,8 @@ def test_requests_without_prompt_ids_fall_back_to_verls_least_loaded():
         ({"router_class": 5}, "router_class must be a qualified class name (a string), got 5"),
         ({"load_bond": 1.5}, "unknown key(s) ['load_bond']"),
         ({"store_handoff": "yes"}, "store_handoff must be true or false, got 'yes'"),
+        ({"group_chunk": -1}, "group_chunk must be an integer >= 0 (0: whole groups), got -1"),
+        ({"group_chunk": 2.5}, "group_chunk must be an integer >= 0 (0: whole groups), got 2.5"),
     ],
 )
 def test_bad_router_settings_name_the_setting(config, message):
@@ -437,8 +441,10 @@ def interleavings(groups, n=4):
 
 
 def saved_dapo_step_one(tmp_path, clock, ps, two):
-    """CI's step 1 on a router named by replica keys, saved as verl saves it: (state path, home)."""
-    lb = SamLoadBalancer({s: s for s in two}, {"policy": PROMPT_AFFINITY}, clock=lambda: clock[0])
+    """CI's step 1 on a router named by replica keys, saved as verl saves it: (state path, home). Groups whole,
+    as CI's router placed them (a refill joined its group's replica)."""
+    config = {"policy": PROMPT_AFFINITY, "group_chunk": 0}
+    lb = SamLoadBalancer({s: s for s in two}, config, clock=lambda: clock[0])
     lb.set_ring_names({two[0]: "rollout_0", two[1]: "rollout_1"})
     home = dapo_step_one(lb, clock, ps)
     assert sorted(list(home.values()).count(s) for s in two) == [2, 2]
@@ -546,3 +552,32 @@ def test_with_handoffs_a_store_keeps_its_group_only_near_the_least_loaded():
         assert [(t, src) for _, src, t in copies.copies] == ([] if sid == a else [(two[b], [two[a]])])
         stats = lb.routing_stats()
         assert stats["revisit_store_available_sum"] == 1.0 and stats["store_handoffs"] == (sid != a)
+
+
+def test_group_chunks_spread_a_group_and_each_chunk_takes_the_store_along():
+    """group_chunk 4: a group of 16 goes out in chunks of 4, each to the least loaded replica then, so a
+    new prompt's long group cannot gather on one replica; on the prompt's next visit every replica a
+    chunk lands on and that lacks the store gets a copy, and every revisit finds the whole last visit."""
+    copies = StoreCopies()
+    config = {"policy": PROMPT_AFFINITY, "group_chunk": 4}
+    lb = SamLoadBalancer(dict(SERVERS), config, clock=lambda: 0.0, handoff=copies)
+    ps = list(enumerate(prompts(2, seed=5)))
+    placed, _ = route_batch(lb, ps, 16, "first")
+    for sids in placed.values():
+        assert sorted(sids.count(s) for s in set(sids)) == [4, 4, 4, 4]  # one chunk per replica
+        assert all(len(set(sids[i : i + 4])) == 1 for i in range(0, 16, 4))  # siblings fill their chunk
+    assert copies.copies == []  # first visits: nothing to copy
+    placed, _ = route_batch(lb, ps, 16, "again")
+    stats = lb.routing_stats()
+    assert stats["revisit_requests"] == 32 == stats["revisit_store_available_sum"]
+    for _key, sources, target in copies.copies:  # never from the replica it goes to
+        assert target not in sources
+    assert stats["store_handoffs"] == len(copies.copies)
+
+
+@pytest.mark.parametrize("settings", [{"group_chunk": 0}, {"store_handoff": False}])
+def test_with_group_chunk_0_or_without_handoffs_a_group_stays_whole(settings):
+    config = {"policy": PROMPT_AFFINITY, **settings}
+    lb = SamLoadBalancer(dict(SERVERS), config, clock=lambda: 0.0, handoff=StoreCopies())
+    placed, _ = route_batch(lb, list(enumerate(prompts(3, seed=6))), 16, "whole")
+    assert all(len(set(sids)) == 1 for sids in placed.values())

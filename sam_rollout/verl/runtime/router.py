@@ -5,11 +5,13 @@ both live inside one engine. verl's default balancer routes each request by its 
 least-loaded replica, which spreads a group over the replicas and sends a revisit anywhere.
 ``SamLoadBalancer`` keys the route on the prompt instead, the key the drafter's store uses:
 
-- a prompt's group is placed whole when its first request arrives; its siblings join it;
+- a prompt's group is placed when its first request arrives, and its siblings join it: with store
+  handoffs in chunks of ``group_chunk`` requests (4 by default), each chunk placed as a group is, so that
+  one prompt's samples, whose lengths go together, do not all land on one replica; else whole;
 - with store handoffs (``store_handoff``, the default), replicas are tried least in-flight work first,
-  a replica holding the prompt's stored responses ahead while its work is within half the group's
-  (``STORE_PREFERENCE``) of the least loaded. A returning group placed off the replicas holding its
-  prompt's store takes the store along: before its first request leaves the router, the prompt's
+  a replica holding the prompt's stored responses ahead while its work is within half the chunk's
+  (``STORE_PREFERENCE``) of the least loaded. A returning group's chunk placed off the replicas holding
+  its prompt's store takes the store along: before its first request leaves the router, the prompt's
   responses are copied to the chosen replica (``sam_rollout.verl.runtime.store_handoff``), so balance
   costs no store;
 - without (``store_handoff: false``), replicas that served the prompt before are tried first, then the
@@ -115,6 +117,12 @@ class RouterSettings:
     store_handoff: replicas are tried least loaded first, and a returning group placed off its store's
         replicas takes the store with it (copied to the chosen replica); false: the store stays, its
         replicas are tried first and judged in requests (module docstring).
+    group_chunk: with store handoffs, the most requests of one group placed together: the group's next
+        request opens a new chunk, placed as a group is (least loaded first) and given its own copy of
+        the store. 0: whole groups (siblings always join their group), as always without handoffs (a
+        chunk off the store's replicas would run without the store). The default 4 was chosen on the
+        cluster simulator (benchmarks/group_chunk.py): a prompt's samples have correlated lengths, and
+        whole groups of 16 gathered a new prompt's long samples on one replica.
     """
 
     policy: str = PROMPT_AFFINITY
@@ -122,6 +130,7 @@ class RouterSettings:
     virtual_nodes: int = 64
     prompt_memory: int = 200_000
     store_handoff: bool = True
+    group_chunk: int = 4
 
     def __post_init__(self) -> None:
         if not isinstance(self.policy, str) or self.policy not in POLICIES:
@@ -135,6 +144,9 @@ class RouterSettings:
                 raise ValueError(f"router {name} must be an integer >= 1, got {v!r}")
         if not isinstance(self.store_handoff, bool):
             raise ValueError(f"router store_handoff must be true or false, got {self.store_handoff!r}")
+        c = self.group_chunk
+        if isinstance(c, bool) or not isinstance(c, int) or c < 0:
+            raise ValueError(f"router group_chunk must be an integer >= 0 (0: whole groups), got {c!r}")
         if self.virtual_nodes > MAX_VIRTUAL_NODES:
             raise ValueError(
                 f"router virtual_nodes must be at most {MAX_VIRTUAL_NODES}, got {self.virtual_nodes}: the ring "
@@ -220,8 +232,9 @@ class _Group:
     earlier: dict[str, int]
     released_cost: float = 0.0
     released: int = 0
-    handoff_to: str | None = None  # the replica the prompt's store was copied to, and the last-visit
-    handed_off: int = 0  # requests whose responses it received
+    copied: dict[str, int] = field(default_factory=dict)  # replica -> last-visit responses copied there
+    chunk_server: str | None = None  # with group_chunk: the replica of the group's open chunk
+    chunk_placed: int = 0  # and the requests placed in it
 
     @property
     def inflight(self) -> int:
@@ -265,8 +278,8 @@ class RoutingCounters:
     # over those, the same share counting what a store handoff copied to the chosen replica
     revisit_store_available_sum: float = 0.0
     overflowed_groups: int = 0  # groups placed elsewhere than their first choice by the load bound
-    store_handoffs: int = 0  # groups whose prompt's store was copied to their replica
-    store_handoff_failures: int = 0  # groups whose store could not be copied (they ran without it)
+    store_handoffs: int = 0  # copies of a prompt's store to a replica a visit placed requests on
+    store_handoff_failures: int = 0  # copies that failed (those requests ran without the store)
     store_handoff_seconds: float = 0.0  # the router's time waiting for copies
     # the replicas' simultaneous load over time, between routing events: the integrals over time of the
     # most loaded replica's in-flight requests and of the mean over replicas (request-seconds), and the
@@ -534,9 +547,9 @@ class SamLoadBalancer(GlobalRequestLoadBalancer):
             raise RuntimeError("No available servers in load balancer")
         group = self._groups.get(key)
         if group is not None:  # siblings follow their group
-            live = [sid for sid in group.on_server if sid in self._inflight_requests]
-            if live:
-                return max(live, key=lambda sid: group.on_server[sid])
+            joined = self._sibling_replica(group)
+            if joined is not None:
+                return joined
         order = self._preference(key)
         bound, work, store_size, store_limit = self._bounds(key)
         memory = self._served.get(key)
@@ -560,6 +573,16 @@ class SamLoadBalancer(GlobalRequestLoadBalancer):
             self.counters.overflowed_groups += 1
         return chosen
 
+    def _sibling_replica(self, group: _Group) -> str | None:
+        """Where a sibling of a group in flight goes: the replica holding most of the group's live
+        requests; with group_chunk, its open chunk's while that has room (None: open a new chunk)."""
+        chunk = self.settings.group_chunk if self._stores_move else 0
+        if chunk:
+            open_chunk = group.chunk_server in self._inflight_requests and group.chunk_placed < chunk
+            return group.chunk_server if open_chunk else None
+        live = [sid for sid in group.on_server if sid in self._inflight_requests]
+        return max(live, key=lambda sid: group.on_server[sid]) if live else None
+
     def _bounds(self, key: bytes) -> tuple[float, float, int, float]:
         """The most in-flight work a replica may hold with this prompt's group on it, the group's work, and
         for a replica holding the prompt's store, the group's requests and the most requests it may hold
@@ -574,6 +597,8 @@ class SamLoadBalancer(GlobalRequestLoadBalancer):
         memory = self._served.get(key)
         e = self.estimates
         size = memory.last_visit if memory is not None and memory.last_visit else e.group_size
+        if self.settings.group_chunk and self._stores_move:  # a chunk is placed, not the whole group
+            size = min(size, self.settings.group_chunk)
         work = size * (memory.request_cost if memory is not None else e.request_cost)
         replicas = len(self._inflight_requests)
         now_work = sum(self._load.work.get(s, 0.0) for s in self._inflight_requests) + work
@@ -663,17 +688,20 @@ class SamLoadBalancer(GlobalRequestLoadBalancer):
             earlier = dict(memory.placed) if memory is not None else {}
             group = self._groups[key] = _Group(on_server={}, placed={}, earlier=earlier)
             self._load.newest_group = key
-            self._hand_off_store(key, group, server_id)
         else:
             c.sibling_observations += 1
             c.colocated_share_sum += group.on_server.get(server_id, 0) / group.inflight
+        if server_id not in group.placed:  # the visit's first request here: its store comes along
+            self._hand_off_store(key, group, server_id)
+        if server_id != group.chunk_server:
+            group.chunk_server, group.chunk_placed = server_id, 0
+        group.chunk_placed += 1
         last_visit = sum(group.earlier.values())
         if last_visit:
             c.revisit_requests += 1
             here = group.earlier.get(server_id, 0)
             c.revisit_store_share_sum += here / last_visit
-            copied = group.handed_off if server_id == group.handoff_to else 0
-            c.revisit_store_available_sum += (here + copied) / last_visit
+            c.revisit_store_available_sum += (here + group.copied.get(server_id, 0)) / last_visit
         group.on_server[server_id] = group.on_server.get(server_id, 0) + 1
         group.placed[server_id] = group.placed.get(server_id, 0) + 1
         flight.group = group
@@ -685,9 +713,12 @@ class SamLoadBalancer(GlobalRequestLoadBalancer):
             self._trajectories.popitem(last=False)
 
     def _hand_off_store(self, key: bytes, group: _Group, server_id: str) -> None:
-        """A new visit placed on ``server_id``: copy its prompt's last-visit responses there from the
-        replicas that hold them (those still serving), and count what arrived."""
-        sources = [s for s, n in group.earlier.items() if n and s != server_id and s in self._servers]
+        """A visit's first request on ``server_id``: copy its prompt's stored responses there from the
+        replicas that hold them (those still serving): its last visit's, and, for a chunk or a refill joining
+        a visit in flight, the replicas where this visit's requests have finished; count what arrived."""
+        finished_here = [s for s, n in group.placed.items() if n > group.on_server.get(s, 0)]  # stored on finishing
+        holders = [s for s, n in group.earlier.items() if n] + [s for s in finished_here if s not in group.earlier]
+        sources = [s for s in holders if s != server_id and s in self._servers]
         if not self._stores_move or not sources:
             return
         c = self.counters
@@ -696,8 +727,7 @@ class SamLoadBalancer(GlobalRequestLoadBalancer):
         c.store_handoff_seconds += time.monotonic() - started
         if arrived:
             c.store_handoffs += 1
-            group.handoff_to = server_id
-            group.handed_off = sum(group.earlier[s] for s in sources)
+            group.copied[server_id] = sum(group.earlier.get(s, 0) for s in sources)
         else:
             c.store_handoff_failures += 1
 
