@@ -984,12 +984,24 @@ class ReplicaDrafters:
                 if mine:
                     replay_group(drafter, f"{label}-{g}", TraceGroup(group.prompt, mine), k, stats)
             if self.share_history:
-                self._share(group.responses, w)
+                self._share(group.responses, [{int(x)} for x in w])
 
-    def _share(self, responses, where) -> None:
+    def replay_copies(self, label: str, groups, replicas, k: int) -> None:
+        """Each group replayed whole on each of its ``replicas`` (a store handoff's copies: the prompt's
+        responses in those engines' stores), shared with the others' histories once."""
+        for g, (group, where) in enumerate(zip(groups, replicas)):
+            held = {int(x) for x in where}
+            for r in sorted(held):
+                replay_group(self.drafters[r], f"{label}-{g}", group, k, ReplayStats())
+            if self.share_history:
+                self._share(group.responses, [held] * len(group.responses))
+
+    def _share(self, responses, held) -> None:
+        """Each response into the history of every replica but those of ``held`` (per response: the
+        replicas that replayed it)."""
         for r, drafter in enumerate(self.drafters):
-            for resp, x in zip(responses, where):
-                if x == r or not len(resp):
+            for resp, h in zip(responses, held):
+                if r in h or not len(resp):
                     continue
                 rid = ("shared history", self._shared)  # a prompt of its own: nothing stored under a real one
                 prompt = np.array([_HISTORY_MARK, self._shared], dtype=np.int32)
@@ -1053,15 +1065,17 @@ def routed_acceptance(
         if by_router:  # the balancer times each visit's requests by their lengths
             visits = router_visits(routing, [[g.responses for g in before], [g.responses for g in now]], replicas, rng)
             where_before, where = (v["where"] for v in visits)
-            if routing in STORE_FOLLOWS_GROUP:  # the earlier visit's responses were copied to the group's replica
-                where_before = [np.full(len(b.responses), np.bincount(w).argmax()) for b, w in zip(before, where)]
         else:
             where_before = route(routing, [len(g.responses) for g in before], replicas, rng, prompt_replica)
             where = route(routing, [len(g.responses) for g in now], replicas, rng, prompt_replica)
-        cluster.replay("earlier", before, where_before, k, ReplayStats(bin_edges=tuple(bin_edges)))
+        if routing in STORE_FOLLOWS_GROUP:  # the earlier visit's responses were copied to each replica the group uses
+            cluster.replay_copies("earlier", before, where, k)
+            stored = np.concatenate([np.full(len(w), len(b.responses)) for w, b in zip(where, before)])
+        else:
+            cluster.replay("earlier", before, where_before, k, ReplayStats(bin_edges=tuple(bin_edges)))
+            stored = np.concatenate([[int((wb == x).sum()) for x in w] for w, wb in zip(where, where_before)])
         cluster.replay("current", now, where, k, stats)
         siblings = np.concatenate([_co_located(w) for w in where])
-        stored = np.concatenate([[int((wb == x).sum()) for x in w] for w, wb in zip(where, where_before)])
     group_size = len(now[0].responses) if epoch == "later" else len(groups[0].responses)
     return {
         "k": k,

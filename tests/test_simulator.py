@@ -571,3 +571,22 @@ def test_acceptance_with_a_long_draft_cap_is_priced_up_to_its_q():
     policies = [Policy("off", np.zeros(3, dtype=np.int64)), Policy("k everywhere", np.full(3, 16))]
     long = run(flat_cost(), AcceptanceProfile.constant(16, 17.0), policies, lengths, st, max_k=16)
     assert long["k everywhere"]["steps"] == 10 and long["off"]["steps"] == 170
+
+
+def test_chunked_groups_find_their_whole_store_on_every_replica_they_use():
+    """The balancer with group_chunk 2 (store handoffs): a group of 8's current visit (4 requests) runs in two
+    chunks, on up to two replicas, and each replica it uses holds the whole earlier visit (the copies);
+    fewer siblings share a replica than with whole groups."""
+    pytest.importorskip("verl.workers.rollout.router")
+    from benchmarks.routing import affinity_settings
+    from benchmarks.simulator import routed_acceptance
+
+    groups = _sibling_groups()
+    with affinity_settings(group_chunk=0):
+        whole = routed_acceptance(groups, 4, "handoff", "later", K, seed=3, bin_edges=[0])
+    with affinity_settings(group_chunk=2):
+        chunked = routed_acceptance(groups, 4, "handoff", "later", K, seed=3, bin_edges=[0])
+    for entry in (whole, chunked):
+        assert entry["earlier_responses_on_replica"] == entry["earlier_responses"]  # the store, copied
+    assert whole["siblings_on_replica"] == whole["siblings_in_group"]
+    assert chunked["siblings_on_replica"] < whole["siblings_on_replica"]
