@@ -1,6 +1,7 @@
 """Where verl's requests land: the real balancers (verl 0.9.1's default, and ours in both policies, with
-prompt affinity with and without store handoffs) fed DAPO rollout batches over several epochs, on a
-simulated clock; counts and simulated seconds, not wall time.
+prompt affinity without store handoffs, with them placing groups whole, and with them in chunks, the
+default) fed DAPO rollout batches over several epochs, on a simulated clock; counts and simulated
+seconds, not wall time.
 
     .venv-verl/bin/python -m benchmarks.routing [--out benchmarks/results/routing_<date>.json]
 
@@ -15,7 +16,7 @@ as verl repeats the batch) and each releases when its length has passed. Pattern
 Reported per setup, pattern and balancer:
 - group co-location: for each request, the share of its group's earlier requests in this batch that sit
   on its replica (1.0: the whole group on one engine, where the drafter can use every sibling);
-- revisit store share: for each request of a prompt seen before, the share of that prompt's last visit
+- revisit store share: for each request of a prompt whose earlier visit has ended, the share of its last visit
   that ran on its replica, whose prompt store holds those responses (1.0: the group came back whole);
   store available: the same, counting the responses a store handoff copied to its replica; handoffs:
   the groups whose store was copied, per revisiting group;
@@ -24,6 +25,8 @@ Reported per setup, pattern and balancer:
   in work (each in-flight request weighing its length);
 - work max/mean per batch: the replicas' summed request lengths in a batch, max over mean; worst and
   mean over batches.
+Also a clairvoyant reference per setup: steady batches placed by true lengths, chunks longest first
+(``clairvoyant_inflight``), for the in-flight a placement of whole groups or chunks can reach.
 Needs verl (its balancer); runs in a few minutes.
 """
 
@@ -36,6 +39,7 @@ import math
 import random
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -62,7 +66,7 @@ SETUPS = (
     Setup("qwen3_235b", prompts=1280, batch_prompts=128, n=16, replicas=32, epochs=3),
 )
 PATTERNS = ("steady", "shrink_grow", "overlap", "mixed_groups")
-BALANCERS = ("verl_default", "least_loaded", "fixed_stores", "prompt_affinity")
+BALANCERS = ("verl_default", "least_loaded", "fixed_stores", "whole_groups", "prompt_affinity")
 LOG_LENGTH_SD = 0.8  # of a request's log length
 LENGTH_ICC = 0.79  # the prompt's share of the log-length variance
 SHRINK_GROW = (1, 2, 4, 2)  # batch size divisors, in turn
@@ -77,6 +81,23 @@ class Clock:
         return self.now
 
 
+# router settings every prompt_affinity balancer made here takes on top of the defaults (``affinity_settings``)
+_AFFINITY_SETTINGS: dict = {}
+
+
+@contextmanager
+def affinity_settings(**settings):
+    """Within the block, the prompt_affinity balancers (here and in the cluster simulator) take these
+    router settings (e.g. ``group_chunk=8``), to compare settings through the same benchmarks."""
+    saved = dict(_AFFINITY_SETTINGS)
+    _AFFINITY_SETTINGS.update(settings)
+    try:
+        yield
+    finally:
+        _AFFINITY_SETTINGS.clear()
+        _AFFINITY_SETTINGS.update(saved)
+
+
 def make_balancer(kind: str, servers: dict, clock: Clock):
     from verl.workers.rollout.router import GlobalRequestLoadBalancer
 
@@ -85,9 +106,14 @@ def make_balancer(kind: str, servers: dict, clock: Clock):
     if kind == "verl_default":
         return GlobalRequestLoadBalancer(dict(servers))
     if kind == "fixed_stores":  # the rule of f7abba7: stores stay, their replicas judged in requests
-        lb = SamLoadBalancer(dict(servers), {"policy": "prompt_affinity", "store_handoff": False}, clock=clock)
+        config = {"policy": "prompt_affinity", "store_handoff": False, "group_chunk": 0}
+        lb = SamLoadBalancer(dict(servers), config, clock=clock)
+    elif kind == "whole_groups":  # store handoffs, groups placed whole (the rule before group_chunk)
+        config = {"policy": "prompt_affinity", "group_chunk": 0}
+        lb = SamLoadBalancer(dict(servers), config, clock=clock, handoff=StoreCopies())
     else:
-        lb = SamLoadBalancer(dict(servers), {"policy": kind}, clock=clock, handoff=StoreCopies())
+        config = {"policy": kind} | (_AFFINITY_SETTINGS if kind == "prompt_affinity" else {})
+        lb = SamLoadBalancer(dict(servers), config, clock=clock, handoff=StoreCopies())
     lb.set_ring_names({sid: f"rollout_{i}" for i, sid in enumerate(servers)})
     return lb
 
@@ -212,13 +238,14 @@ def run_setup(setup: Setup, kind: str, pattern: str, seed: int = 0) -> dict:
     revisiting_groups = 0
     keys = [prompt_key_of(ids) for ids in prompts]
     events: list = []  # (time, seq, request id, server, length)
+    inflight_of: dict[int, int] = {}  # prompt -> its requests in flight
     seq = 0
     now = 0.0
     end_step = getattr(lb, "end_step", None)  # ours: the trainer's metrics hook calls it after each step
     for b, batch in enumerate(batches):
         if b and end_step is not None:
             end_step()
-        releases_wanted = 0
+        releases_wanted = 0  # of the last batch's requests
         if b and pattern == "overlap":  # arrive once half of the last batch has finished
             releases_wanted = sum(sizes[p] for p in batches[b - 1]) // 2
         while events and (pattern != "overlap" or releases_wanted > 0):
@@ -228,12 +255,16 @@ def run_setup(setup: Setup, kind: str, pattern: str, seed: int = 0) -> dict:
             lb.release_server(sid, request_id=rid)
             load.requests[sid] -= 1
             load.work[sid] -= length
-            releases_wanted -= 1
+            inflight_of[int(rid.split("-")[1])] -= 1
+            releases_wanted -= rid.startswith(f"{b - 1}-")
         placed_now: dict[int, list[str]] = {}
         work_here = dict.fromkeys(servers, 0.0)
         for p in batch:
             copied_before = len(store_copies(lb))
-            revisiting_groups += p in last_visit
+            # a revisit, as the router counts one: the prompt's earlier visit has ended (in the overlap
+            # pattern a long visit may still run when its prompt comes round again; its requests join it)
+            revisit = p in last_visit and not inflight_of.get(p)
+            revisiting_groups += revisit
             for j in range(sizes[p]):
                 now += ARRIVAL_GAP_S
                 clock.now = now
@@ -245,7 +276,7 @@ def run_setup(setup: Setup, kind: str, pattern: str, seed: int = 0) -> dict:
                 if earlier:
                     colocation.append(earlier.count(sid) / len(earlier))
                 earlier.append(sid)
-                if p in last_visit:
+                if revisit:
                     share = last_visit[p].count(sid) / len(last_visit[p])
                     copied = any(k == keys[p] and t == servers[sid] for k, _, t in store_copies(lb)[copied_before:])
                     store_share.append(share)
@@ -255,6 +286,7 @@ def run_setup(setup: Setup, kind: str, pattern: str, seed: int = 0) -> dict:
                 load.work[sid] += length
                 work_here[sid] += length
                 heapq.heappush(events, (now + length, seq, rid, sid, length))
+                inflight_of[p] = inflight_of.get(p, 0) + 1
                 seq += 1
         last_visit.update(placed_now)
         work_ratios.append(max(work_here.values()) / np.mean(list(work_here.values())))
@@ -278,6 +310,35 @@ def run_setup(setup: Setup, kind: str, pattern: str, seed: int = 0) -> dict:
         "batches": len(batches),
         "requests": seq,
     }
+
+
+def clairvoyant_inflight(setup: Setup, chunk: int, seed: int = 0) -> float:
+    """A reference no router that sees only the past can reach: steady batches, each group cut into chunks
+    of ``chunk`` requests, the chunks placed longest first (by their true summed lengths) on the replica
+    with the least work; in-flight max/mean over the run (∫max / ∫mean of requests, the drain included)."""
+    rng = np.random.default_rng(seed)
+    prompt_log_mean = rng.normal(0.0, LOG_LENGTH_SD * math.sqrt(LENGTH_ICC), setup.prompts)
+    sample_sd = LOG_LENGTH_SD * math.sqrt(1 - LENGTH_ICC)
+    sums = np.zeros(2)
+    for _epoch in range(setup.epochs):
+        order = rng.permutation(setup.prompts)
+        for start in range(0, setup.prompts, setup.batch_prompts):
+            batch = order[start : start + setup.batch_prompts]
+            lengths = np.exp(prompt_log_mean[batch][:, None] + rng.normal(0.0, sample_sd, (len(batch), setup.n)))
+            chunks = [g[i : i + chunk] for g in lengths for i in range(0, setup.n, chunk)]
+            work = np.zeros(setup.replicas)
+            ends = []  # (end time, replica)
+            for c in sorted(chunks, key=lambda c: -c.sum()):
+                r = int(np.argmin(work))
+                work[r] += c.sum()
+                ends += [(float(t), r) for t in c]
+            load = np.bincount([r for _, r in ends], minlength=setup.replicas).astype(float)
+            at = 0.0
+            for t, r in sorted(ends):
+                sums += (t - at) * np.array([load.max(), load.mean()])
+                load[r] -= 1
+                at = t
+    return float(sums[0] / sums[1])
 
 
 def main(argv=None) -> int:
@@ -317,10 +378,20 @@ def main(argv=None) -> int:
                     f"({np.mean([r['batch_work_max_over_mean_mean'] for r in runs]):.3f})",
                     flush=True,
                 )
+    reference = {}
+    for setup in (s for s in SETUPS if s.name in args.setups):
+        chunks = sorted({setup.n, min(4, setup.n), 1}, reverse=True)
+        seeds = range(args.seeds)
+        reference[setup.name] = {c: [clairvoyant_inflight(setup, c, seed) for seed in seeds] for c in chunks}
+        print(
+            f"{setup.name}: clairvoyant reference, steady, chunks placed longest first by true length, in-flight "
+            + ", ".join(f"chunk {c} {min(v):.3f}-{max(v):.3f}" for c, v in reference[setup.name].items())
+        )
     print(f"({time.perf_counter() - t0:.0f} s)")
     if args.out:
+        record = {"seeds": args.seeds, "rows": rows, "clairvoyant_inflight_steady": reference}
         with open(args.out, "w") as f:
-            f.write(json.dumps({"seeds": args.seeds, "rows": rows}, indent=1) + "\n")
+            f.write(json.dumps(record, indent=1) + "\n")
         print(f"wrote {args.out}")
     return 0
 
