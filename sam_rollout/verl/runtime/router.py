@@ -576,7 +576,7 @@ class SamLoadBalancer(GlobalRequestLoadBalancer):
     def _sibling_replica(self, group: _Group) -> str | None:
         """Where a sibling of a group in flight goes: the replica holding most of the group's live
         requests; with group_chunk, its open chunk's while that has room (None: open a new chunk)."""
-        chunk = self.settings.group_chunk if self._stores_move else 0
+        chunk = self._chunk
         if chunk:
             open_chunk = group.chunk_server in self._inflight_requests and group.chunk_placed < chunk
             return group.chunk_server if open_chunk else None
@@ -597,8 +597,8 @@ class SamLoadBalancer(GlobalRequestLoadBalancer):
         memory = self._served.get(key)
         e = self.estimates
         size = memory.last_visit if memory is not None and memory.last_visit else e.group_size
-        if self.settings.group_chunk and self._stores_move:  # a chunk is placed, not the whole group
-            size = min(size, self.settings.group_chunk)
+        if self._chunk:  # a chunk is placed, not the whole group
+            size = min(size, self._chunk)
         work = size * (memory.request_cost if memory is not None else e.request_cost)
         replicas = len(self._inflight_requests)
         now_work = sum(self._load.work.get(s, 0.0) for s in self._inflight_requests) + work
@@ -613,6 +613,11 @@ class SamLoadBalancer(GlobalRequestLoadBalancer):
     def _stores_move(self) -> bool:
         """Store handoffs are on, and the servers have not turned out unable to make them."""
         return self._handoff is not None and getattr(self._handoff, "unsupported", None) is None
+
+    @property
+    def _chunk(self) -> int:
+        """The most requests of a group placed together (0: whole groups): chunks need stores that move."""
+        return self.settings.group_chunk if self._stores_move else 0
 
     def _by_load(self, order: list[str], stored: set[str], work: float) -> list[str]:
         """With store handoffs: least in-flight work first (``order`` breaks ties), and a replica holding
