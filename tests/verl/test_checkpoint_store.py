@@ -81,6 +81,10 @@ class StoreServer:
     `unreadable_on`: workers whose load fails as on a node that cannot read the file."""
 
     def __init__(self, workers=1, unreadable_on=()):
+        self.configure(workers, unreadable_on)
+
+    def configure(self, workers=1, unreadable_on=()):
+        """A new engine of ``workers`` workers (the tests reuse actors: a new Ray worker takes seconds)."""
         self.size, self.unreadable_on = workers, set(unreadable_on)
         self.restart()
 
@@ -140,6 +144,21 @@ class StoreServer:
         return SimpleNamespace(collective_rpc=collective_rpc)
 
 
+@pytest.fixture(scope="module")
+def store_servers(ray_local):  # noqa: F811
+    """``store_servers(count, workers=1, unreadable_on=())``: ``count`` StoreServers with new engines, taken
+    from actors the module's tests share."""
+    pool = []
+
+    def take(count, workers=1, unreadable_on=()):
+        pool.extend(StoreServer.remote() for _ in range(count - len(pool)))
+        chosen = pool[:count]
+        ray.get([s.configure.remote(workers, unreadable_on) for s in chosen], timeout=WORKER_START_S)
+        return chosen
+
+    return take
+
+
 class ActorGroup:
     """Stands in for the actor worker group: the actor's checkpoint is a folder."""
 
@@ -177,11 +196,11 @@ def trainer(tmp_path, servers, *overrides, more_managers=()):
     return t
 
 
-def test_stores_are_saved_with_each_checkpoint_and_loaded_on_resume(ray_local, tmp_path, capsys):  # noqa: F811
+def test_stores_are_saved_with_each_checkpoint_and_loaded_on_resume(store_servers, tmp_path, capsys):
     checkpoint.wrap()
     checkpoint.wrap()  # idempotent
     assert PPOTrainerSync._save_checkpoint.__wrapped__.__qualname__ == "PPOTrainer._save_checkpoint"
-    servers = [StoreServer.remote(), StoreServer.remote()]
+    servers = store_servers(2)
     ray.get(servers[0].visit.remote([1, 2, 3], [10, 11, 12]), timeout=WORKER_START_S)
     ray.get(servers[1].visit.remote([4, 5], [20, 21]), timeout=WORKER_START_S)
     ray.get(servers[1].visit.remote([6], [30]), timeout=WORKER_START_S)
@@ -210,9 +229,9 @@ def test_stores_are_saved_with_each_checkpoint_and_loaded_on_resume(ray_local, t
     assert "[sam] WARNING: prompt store of rollout_1 starts empty" in out and "no such file" in out
 
 
-def test_a_failed_save_is_loud_and_training_goes_on(ray_local, tmp_path, caplog):  # noqa: F811
+def test_a_failed_save_is_loud_and_training_goes_on(store_servers, tmp_path, caplog):
     checkpoint.wrap()
-    server = StoreServer.remote()
+    (server,) = store_servers(1)
     ray.get(server.visit.remote([1, 2, 3], [10, 11, 12]), timeout=WORKER_START_S)
     t = trainer(tmp_path, [server])
     t.global_steps = 1
@@ -223,9 +242,9 @@ def test_a_failed_save_is_loud_and_training_goes_on(ray_local, tmp_path, caplog)
     assert (tmp_path / "checkpoints" / "latest_checkpointed_iteration.txt").read_text() == "1"
 
 
-def test_two_managers_rank_r_replicas_save_to_their_own_files(ray_local, tmp_path, capsys):  # noqa: F811
+def test_two_managers_rank_r_replicas_save_to_their_own_files(store_servers, tmp_path, capsys):
     checkpoint.wrap()
-    ours, theirs = StoreServer.remote(), StoreServer.remote()  # rank 0 of each of two rollout managers
+    ours, theirs = store_servers(2)  # rank 0 of each of two rollout managers
     ray.get(ours.visit.remote([1, 2, 3], [10, 11, 12]), timeout=WORKER_START_S)
     ray.get(theirs.visit.remote([7, 8], [70, 71, 72, 73]), timeout=WORKER_START_S)
     saved = ray.get([ours.contents.remote(), theirs.contents.remote()])
@@ -239,9 +258,9 @@ def test_two_managers_rank_r_replicas_save_to_their_own_files(ray_local, tmp_pat
     assert ray.get([ours.contents.remote(), theirs.contents.remote()]) == saved  # neither store lost
 
 
-def test_a_partial_load_empties_every_worker_of_the_engine(ray_local, tmp_path, capsys):  # noqa: F811
+def test_a_partial_load_empties_every_worker_of_the_engine(store_servers, tmp_path, capsys):
     checkpoint.wrap()
-    server = StoreServer.remote(workers=2, unreadable_on=[1])
+    (server,) = store_servers(1, workers=2, unreadable_on=[1])
     ray.get(server.visit.remote([1, 2, 3], [10, 11, 12]), timeout=WORKER_START_S)
     t = trainer(tmp_path, [server])
     t.global_steps = 1
@@ -254,9 +273,9 @@ def test_a_partial_load_empties_every_worker_of_the_engine(ray_local, tmp_path, 
     assert "every worker emptied (2 of 2)" in out
 
 
-def test_a_full_load_on_every_worker_is_kept(ray_local, tmp_path, capsys):  # noqa: F811
+def test_a_full_load_on_every_worker_is_kept(store_servers, tmp_path, capsys):
     checkpoint.wrap()
-    server = StoreServer.remote(workers=2)
+    (server,) = store_servers(1, workers=2)
     ray.get(server.visit.remote([1, 2, 3], [10, 11, 12]), timeout=WORKER_START_S)
     saved = ray.get(server.contents.remote())
     t = trainer(tmp_path, [server])
@@ -276,8 +295,8 @@ def key(prompt):
     return prompt_key(np.array(prompt, dtype=np.int32))
 
 
-def test_a_handoff_copies_the_prompts_responses_to_every_worker_of_the_target(ray_local):  # noqa: F811
-    source, other, target = (StoreServer.remote(workers=2) for _ in range(3))
+def test_a_handoff_copies_the_prompts_responses_to_every_worker_of_the_target(store_servers):
+    source, other, target = store_servers(3, workers=2)
     ray.get(source.visit.remote(HANDOFF_PROMPT, [10, 11, 12]), timeout=WORKER_START_S)
     ray.get(other.visit.remote(HANDOFF_PROMPT, [20, 21]), timeout=WORKER_START_S)
     ray.get(target.visit.remote([9, 9, 9], [5]), timeout=WORKER_START_S)  # another prompt, kept
@@ -289,14 +308,14 @@ def test_a_handoff_copies_the_prompts_responses_to_every_worker_of_the_target(ra
     assert ray.get(source.contents.remote()) == [(key(HANDOFF_PROMPT), [[10, 11, 12]])]  # a copy: the source keeps it
 
 
-def test_a_prompt_the_sources_no_longer_hold_is_reported_as_not_arrived(ray_local):  # noqa: F811
-    source, target = StoreServer.remote(), StoreServer.remote()
+def test_a_prompt_the_sources_no_longer_hold_is_reported_as_not_arrived(store_servers):
+    source, target = store_servers(2)
     assert RayStoreHandoff()(key(HANDOFF_PROMPT), [source], target) is False
     assert ray.get(target.contents.remote(), timeout=WORKER_START_S) == []
 
 
-def test_a_malformed_export_is_refused_before_any_worker_takes_it(ray_local):  # noqa: F811
-    target = StoreServer.remote(workers=2)
+def test_a_malformed_export_is_refused_before_any_worker_takes_it(store_servers):
+    (target,) = store_servers(1, workers=2)
     with pytest.raises(ray.exceptions.RayTaskError, match="malformed"):
         ray.get(target.sam_import_prompt_responses.remote({"00" * 16: [b"\0\0\0"]}), timeout=WORKER_START_S)
     assert ray.get([target.contents.remote(0), target.contents.remote(1)]) == [[], []]

@@ -71,6 +71,7 @@ WORKER_START_S = 600  # a new Ray worker process (imports torch and verl) on a b
 @pytest.fixture(scope="module")
 def ray_local():
     ray.init(
+        address="local",  # a fresh instance: never a head that /tmp/ray/ray_current_cluster names
         num_cpus=1,
         include_dashboard=False,
         object_store_memory=80 * 2**20,
