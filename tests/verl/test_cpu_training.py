@@ -37,6 +37,11 @@ PROMPTS = 4  # the training set: every step visits every prompt, so the resumed 
 MAX_CONSOLE_LINES = 40  # per job (one training step each)
 FULL_LOG = re.compile(r"^full log: (\S+)$", re.M)
 WANDB_OFFLINE = {"WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+# verl pads every sequence to max_prompt_length + max_response_length (no padding removal on CPU): the
+# arithmetic prompts are 359 tokens and their answers about 15, so the preset's 384 + 128 would make the
+# actor's update and log-probs about a quarter dearer for nothing; the overlong buffer shrinks to match
+SHORT_SEQUENCES = ["data.max_prompt_length=360", "data.max_response_length=48",
+                   "reward.reward_kwargs.overlong_buffer_cfg.len=16"]  # fmt: skip
 
 
 def free_port() -> int:
@@ -71,6 +76,10 @@ def ray_head(tmp_path_factory):
         subprocess.run([*ray, "stop", "--force"], env=env, capture_output=True, timeout=300)
 
 
+def _text(output: bytes | str | None) -> str:
+    return output.decode(errors="replace") if isinstance(output, bytes) else output or ""
+
+
 def run_job(ray, address, env, *overrides):
     """Submit the SAM arm with two replicas as a Ray job and follow it; (full log, status, step records,
     console, wandb history)."""
@@ -80,8 +89,15 @@ def run_job(ray, address, env, *overrides):
     )  # fmt: skip
     assert submit.returncode == 0, submit.stdout[-2000:] + submit.stderr[-3000:]
     (job,) = re.findall(r"--follow (\S+)", submit.stdout)
-    logs = subprocess.run([*ray, "job", "logs", f"--address={address}", "--follow", job], env=env,
-                          capture_output=True, text=True, timeout=JOB_TIMEOUT_S)  # fmt: skip
+    try:
+        logs = subprocess.run([*ray, "job", "logs", f"--address={address}", "--follow", job], env=env,
+                              capture_output=True, text=True, timeout=JOB_TIMEOUT_S)  # fmt: skip
+    except subprocess.TimeoutExpired as e:
+        subprocess.run([*ray, "job", "stop", f"--address={address}", job], env=env, capture_output=True, timeout=300)
+        console = _text(e.stdout) + _text(e.stderr)
+        full_log = FULL_LOG.search(console)
+        tail = Path(full_log.group(1)).read_text()[-8000:] if full_log else console[-8000:]
+        pytest.fail(f"job {job} ran past {JOB_TIMEOUT_S} s and was stopped; its log ends:\n{tail}")
     status = subprocess.run([*ray, "job", "status", f"--address={address}", job], env=env, capture_output=True,
                             text=True, timeout=120)  # fmt: skip
     metrics = Path(env["VERL_FILE_LOGGER_PATH"])
@@ -103,7 +119,7 @@ def trained(ray_head, tmp_path_factory):
                     "--limit", str(PROMPTS)], cwd=REPO, check=True, capture_output=True)  # fmt: skip
     env = dict(env, RAY_ADDRESS=address, SAM_PATCH_WEIGHT_CHECKSUMS="1", DATA_DIR=str(data))
     common = [f"trainer.default_local_dir={out / 'checkpoints'}", "trainer.save_freq=1", "trainer.total_epochs=10",
-              "trainer.logger=[console,file,wandb]"]  # fmt: skip
+              "trainer.logger=[console,file,wandb]", *SHORT_SEQUENCES]  # fmt: skip
     jobs = []
     for steps, resume in ((1, "disable"), (2, "auto")):
         job_env = dict(env, VERL_FILE_LOGGER_PATH=str(out / f"metrics_{steps}.jsonl"),
@@ -113,6 +129,9 @@ def trained(ray_head, tmp_path_factory):
                             f"trainer.resume_mode={resume}"))  # fmt: skip
         (out / f"job_{steps}.log").write_text(jobs[-1][0])
         (out / f"job_{steps}.console").write_text(jobs[-1][3])
+        log, status, *_ = jobs[-1]
+        if "succeeded" not in status:  # nothing to resume from: the second job would only spend CI's time
+            pytest.fail(f"job of step {steps} did not succeed:\n{status}\n{log[-8000:]}")
     return jobs, out
 
 
