@@ -25,8 +25,10 @@ Per position bin (POSITION_BINS) the JSON holds tokens per step and drafted toke
 a reader sees what each extra draft token buys.
 
 `--speed`: the drafter's time for one engine step at every shape of the dense H200 anchor, as a share
-of its plain decode step, for the fixed length at cap 3 and the match length at cap 16 side by side
-(`speed.anchor_shares`, own context, Qwen responses; SPEED_REPEATS repeats on other windows).
+of its plain decode step, side by side: own context (fixed length at cap 3, match length at cap 16) and
+group + prompt store at caps 3 and 16 (`speed.anchor_shares`, Qwen responses in groups of 16 on a shared
+512-token prompt, SPEED_SIBLINGS; a revisit whose store holds each sibling's own text, so drafts run to
+the cap; SPEED_REPEATS repeats on other windows).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from sam_rollout.drafter import DraftConfig
 
 from .drafters import SamDrafter
 from .replay import ReplayStats, bin_labels, replay, replay_revisits
+from .speed import Siblings
 from .traces import QWEN25MATH, load_trace_set
 
 HISTORY_TOKENS = 1 << 21  # first epoch: more than the traces hold (as bench_replay)
@@ -57,6 +60,8 @@ VERIFY_COST = 0.05  # of a plain step per draft token verified, the rule's price
 PRICES = (0.0, 0.02, 0.05, 0.1)  # reported
 ANCHOR = Path(__file__).resolve().parents[2] / "shared" / "data" / "anchors" / "step_cost_h200_2026-11-30.csv"
 SPEED_REPEATS = 3
+# the recipes' groups (n = 16) on a short prompt; stored: the revisit that repeats its earlier visit
+SPEED_SIBLINGS = Siblings(size=16, prompt_tokens=512, stored=True)
 SMOLLM2 = str(Path(__file__).resolve().parent / "fixtures" / "smollm2_dapo_T1.0_n8.npz")
 HALVES = {"tune": slice(0, None, 2), "held_out": slice(1, None, 2), "all": slice(None)}
 EPOCHS = ("first_epoch", "revisits")
@@ -180,12 +185,15 @@ def run_speed(match: DraftConfig, out: Path) -> dict:
     configs = {
         "fixed_cap3": DraftConfig(group_aware=False, length_policy="fixed"),
         "match_cap16": replace(match, group_aware=False),
+        "group_store_cap3": DraftConfig(group_aware=True, prompt_store=True),
+        "group_store_cap16": replace(match, group_aware=True, prompt_store=True),
     }
     t0 = time.perf_counter()
-    shares = speed.anchor_shares(corpus, speed.anchor_steps(ANCHOR), configs, SPEED_REPEATS)
+    shares = speed.anchor_shares(corpus, speed.anchor_steps(ANCHOR), configs, SPEED_REPEATS, SPEED_SIBLINGS)
     report = {
         "anchor": ANCHOR.name,
         "configs": {name: str(c) for name, c in configs.items()},
+        "siblings": str(SPEED_SIBLINGS),
         "repeats": SPEED_REPEATS,
         "shapes": shares,
         "seconds": round(time.perf_counter() - t0),

@@ -12,6 +12,7 @@ import contextlib
 import os
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -29,21 +30,62 @@ PATHS = (STEPPER, DRAFTER_CALLS, FUSED)
 StepCall = Callable[[np.ndarray, list[list[int]]], object]
 
 
+@dataclass(frozen=True)
+class Siblings:
+    """The timed batch as GRPO groups: each `size` consecutive rows share their first `prompt_tokens`
+    tokens (the prompt; the rest of a row is that sibling's own text). With `stored`, configurations
+    with the prompt store on start as a revisit: the store holds an earlier visit in which every
+    sibling wrote what its row holds, so matches run as long as the rows (the longest drafts)."""
+
+    size: int = 16
+    prompt_tokens: int = 512
+    stored: bool = True
+
+    def __post_init__(self):
+        if self.size < 1 or self.prompt_tokens < 1:
+            raise ValueError(f"siblings need size >= 1 and prompt_tokens >= 1, got {self}")
+
+    def group(self, rows: np.ndarray, context: int) -> None:
+        """Give each group's rows its first row's prompt, in place."""
+        if self.prompt_tokens >= context:
+            raise ValueError(f"a {self.prompt_tokens}-token prompt leaves no own text in a {context}-token context")
+        for first in range(0, len(rows), self.size):
+            rows[first : first + self.size, : self.prompt_tokens] = rows[first, : self.prompt_tokens]
+
+
 def _windows(corpus: np.ndarray, context: int, count: int, rng) -> list[int]:
     return [int(o) for o in rng.integers(0, len(corpus) - context - 4096, size=count)]
 
 
-def start_batch(config: DraftConfig, path: str, rows: np.ndarray, context: int, k: int | None) -> StepCall:
+def _store_earlier_visit(stepper: SamStepper, rows: np.ndarray, prompt_lengths: np.ndarray) -> None:
+    """An earlier visit of every row's prompt that wrote the whole row, finished into the prompt store."""
+    earlier = [f"earlier-{b}" for b in range(len(rows))]
+    whole = np.full(len(rows), rows.shape[1], dtype=np.int32)
+    stepper.step(earlier, prompt_lengths, [[] for _ in earlier], whole, rows)
+    for req_id in earlier:
+        stepper.finish(req_id)
+
+
+def start_batch(
+    config: DraftConfig, path: str, rows: np.ndarray, context: int, k: int | None, siblings: Siblings | None = None
+) -> StepCall:
     """Start one request per row of `rows` (int32, as vLLM's token_ids_cpu) from its first `context`
-    tokens, driven on `path`; returns the call for one engine step. k None: the configuration's k."""
+    tokens, driven on `path`; returns the call for one engine step. k None: the configuration's k.
+    siblings: the rows are grouped (`Siblings.group`); only the engine's path takes groups."""
     if path not in PATHS:
         raise ValueError(f"unknown drafting path {path!r}; one of {PATHS}")
     req_ids = [f"req-{b}" for b in range(len(rows))]  # vLLM's request ids are strings
     if path == STEPPER:
         stepper = SamStepper(SamSettings(draft=config, switch=None), max_model_len=rows.shape[1])  # drafts every step
-        prompt_lengths = np.full(len(rows), context, dtype=np.int32)
-        stepper.step(req_ids, prompt_lengths, [[] for _ in req_ids], prompt_lengths, rows)  # the prefill: starts all
+        prompt = context if siblings is None else siblings.prompt_tokens
+        prompt_lengths = np.full(len(rows), prompt, dtype=np.int32)
+        if siblings is not None and siblings.stored and config.prompt_store:
+            _store_earlier_visit(stepper, rows, prompt_lengths)
+        started = np.full(len(rows), context, dtype=np.int32)
+        stepper.step(req_ids, prompt_lengths, [[] for _ in req_ids], started, rows)  # the prefill: starts all
         return lambda lengths, accepted: stepper.step(req_ids, prompt_lengths, accepted, lengths, rows, k=k)
+    if siblings is not None:
+        raise ValueError(f"siblings are timed on the engine's path ({STEPPER!r}) only, not {path!r}")
     drafter = BatchDrafter(config)
     for rid, row in zip(req_ids, rows):
         drafter.start(rid, row[:context])
@@ -67,11 +109,13 @@ def sam_step_us(
     seed: int = 0,
     small_pages: frozenset[str] = frozenset(),
     paths: Mapping[str, str] | None = None,
+    siblings: Siblings | None = None,
 ) -> dict[str, dict[str, float]]:
     """Microseconds per request for one engine step, each configuration's drafter side by side on the
     same windows: every step appends each request's accepted tokens from a token table (as vLLM's
     token_ids_cpu) and proposes. The drafters take turns within every step (in alternating order),
-    so a shared machine's changing speed weighs on all alike. Requests draft from their own context.
+    so a shared machine's changing speed weighs on all alike. Requests draft from their own context,
+    or, with `siblings`, from their group's and their stored responses too (each configuration's settings).
 
     paths: {configuration: path} (`PATHS`) for those not driven through `SamStepper` (`STEPPER`).
     The configurations named in `small_pages` keep their automata in 4 KiB pages (sam_rollout.drafter.pages
@@ -88,10 +132,12 @@ def sam_step_us(
     starts = _windows(corpus, context, batch, rng)
     width = context + 4 * (steps + 10)
     rows = np.stack([corpus[off : off + width] for off in starts]).astype(np.int32)
+    if siblings is not None:
+        siblings.group(rows, context)
     step_calls = {}
     for name, config in configs.items():
         with _pages(name in small_pages):
-            step_calls[name] = start_batch(config, paths.get(name, STEPPER), rows, context, k)
+            step_calls[name] = start_batch(config, paths.get(name, STEPPER), rows, context, k, siblings)
     lengths = np.full(batch, context, dtype=np.int32)  # vLLM's num_tokens_no_spec
     per_request: dict[str, list[float]] = {name: [] for name in step_calls}
     names = list(step_calls)
@@ -201,16 +247,20 @@ def anchor_steps(path) -> dict[tuple[int, int], float]:
 
 
 def anchor_shares(
-    corpus: np.ndarray, anchor: dict[tuple[int, int], float], configs: dict[str, DraftConfig], repeats: int
+    corpus: np.ndarray,
+    anchor: dict[tuple[int, int], float],
+    configs: dict[str, DraftConfig],
+    repeats: int,
+    siblings: Siblings | None = None,
 ) -> dict[str, dict]:
     """Per anchor shape and configuration: the drafter's time for one engine step of that batch (the
     median us per request-step x batch, `sam_step_us`, each repeat on other windows) as a share of the
-    anchor's plain decode step; the median over the repeats and their range."""
+    anchor's plain decode step; the median over the repeats and their range. siblings: as `sam_step_us`."""
     out = {}
     for (batch, context), step_ms in sorted(anchor.items()):
         per_config: dict[str, list[float]] = {name: [] for name in configs}
         for repeat in range(repeats):
-            timed = sam_step_us(corpus, context, batch, configs, steps=100, k=None, seed=repeat)
+            timed = sam_step_us(corpus, context, batch, configs, steps=100, k=None, seed=repeat, siblings=siblings)
             for name, t in timed.items():
                 per_config[name].append(t["us"] * batch / (step_ms * 1e3))
         out[f"batch {batch}, context {context}"] = {

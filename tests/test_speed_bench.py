@@ -1,5 +1,7 @@
 """benchmarks.speed: drafters timed side by side in one run (what the timer returns, not how fast)."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -50,3 +52,29 @@ def test_every_path_drafts_what_the_engine_path_drafts():
             assert [proposal.tokens[i, : proposal.lengths[i]].tolist() for i in range(3)] == engine, path
     with pytest.raises(ValueError, match="unknown drafting path"):
         speed.start_batch(config, "batched", rows, context=600, k=3)
+
+
+def test_siblings_share_their_prompt_and_a_revisit_drafts_its_earlier_text_to_the_cap():
+    rows = np.random.default_rng(1).integers(0, 1000, size=(4, 900)).astype(np.int32)  # nothing repeats
+    siblings = speed.Siblings(size=2, prompt_tokens=64)
+    siblings.group(rows, context=600)
+    assert (rows[0, :64] == rows[1, :64]).all() and (rows[2, :64] == rows[3, :64]).all()
+    assert not (rows[1, :64] == rows[2, :64]).all() and not (rows[0, 64:] == rows[1, 64:]).all()
+    own = DraftConfig(k=16, length_policy="match", group_aware=False)
+    configs = {"own": own, "revisit": replace(own, group_aware=True, prompt_store=True)}
+    steps = {name: speed.start_batch(c, speed.STEPPER, rows, context=600, k=None, siblings=siblings)
+             for name, c in configs.items()}  # fmt: skip
+    lengths = np.full(4, 600, dtype=np.int32)
+    for n in (1, 3, 2):
+        before, lengths = lengths, lengths + n
+        accepted = [rows[b, before[b] : lengths[b]].tolist() for b in range(4)]
+        drafts = {name: step(lengths, accepted) for name, step in steps.items()}
+        # the store holds each sibling's whole row: its next 16 tokens, drafted to the cap
+        assert drafts["revisit"] == [rows[b, lengths[b] : lengths[b] + 16].tolist() for b in range(4)]
+        assert max(len(d) for d in drafts["own"]) < 16
+    with pytest.raises(ValueError, match="engine's path"):
+        speed.start_batch(own, speed.FUSED, rows, context=600, k=3, siblings=siblings)
+    with pytest.raises(ValueError, match="no own text"):
+        speed.Siblings(prompt_tokens=600).group(rows, context=600)
+    with pytest.raises(ValueError, match="size >= 1"):
+        speed.Siblings(size=0)
