@@ -5,6 +5,7 @@ setup hook installing all of it in a Ray worker."""
 
 import json
 import os
+import weakref
 
 import psutil
 import pytest
@@ -132,6 +133,8 @@ def test_metrics_reach_verls_file_log_and_an_offline_wandb_run(ray_local, tmp_pa
     for key, value in {"WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path), "WANDB_SILENT": "true"}.items():
         monkeypatch.setenv(key, value)  # no account, no network
     tracking.wrap()
+    # only this test's replica: another module's replicas (their servers other stand-ins) may still be alive
+    monkeypatch.setattr(tracking, "_live_replicas", weakref.WeakSet())
     cfg = recipe_config.compose_recipe(
         "dapo_qwen3_32b",
         "dapo_qwen3_32b",
