@@ -27,7 +27,7 @@ a reader sees what each extra draft token buys.
 `--speed`: the drafter's time for one engine step at every shape of the dense H200 anchor, as a share
 of its plain decode step, side by side: own context (fixed length at cap 3, match length at cap 16) and
 group + prompt store at caps 3 and 16 (`speed.anchor_shares`, Qwen responses in groups of 16 on a shared
-512-token prompt, SPEED_SIBLINGS; a revisit whose store holds each sibling's own text, so drafts run to
+512-token prompt, SPEED_SIBLINGS; a revisit whose store holds each sibling's own text, so drafts run near
 the cap; SPEED_REPEATS repeats on other windows).
 """
 

@@ -123,8 +123,8 @@ def sam_step_us(
 
     k: the draft cap of every configuration's steps; None: each configuration's own k.
 
-    Returns, per configuration, the median us per request-step and the median of its per-step ratio
-    to the first configuration's."""
+    Returns, per configuration, the median us per request-step, the median of its per-step ratio
+    to the first configuration's, and the tokens it drafted per request-step."""
     paths = dict(paths or {})
     if set(paths) - set(configs):
         raise ValueError(f"paths names configurations that are not timed: {sorted(set(paths) - set(configs))}")
@@ -140,6 +140,7 @@ def sam_step_us(
             step_calls[name] = start_batch(config, paths.get(name, STEPPER), rows, context, k, siblings)
     lengths = np.full(batch, context, dtype=np.int32)  # vLLM's num_tokens_no_spec
     per_request: dict[str, list[float]] = {name: [] for name in step_calls}
+    drafted = dict.fromkeys(step_calls, 0)
     names = list(step_calls)
     for step in range(steps + 10):
         before, lengths = lengths, lengths + rng.integers(1, 5, size=batch).astype(np.int32)
@@ -147,15 +148,27 @@ def sam_step_us(
         for name in names if step % 2 == 0 else names[::-1]:
             with _pages(name in small_pages):
                 t0 = time.perf_counter()
-                step_calls[name](lengths, accepted)
+                drafts = step_calls[name](lengths, accepted)
                 elapsed = time.perf_counter() - t0
             if step >= 10:  # warm-up steps touch cold caches
                 per_request[name].append(elapsed / batch * 1e6)
+                drafted[name] += _drafted_tokens(drafts)
     base = np.asarray(per_request[names[0]])
     return {
-        name: {"us": float(np.median(us)), "ratio": float(np.median(np.asarray(us) / base))}
+        name: {
+            "us": float(np.median(us)),
+            "ratio": float(np.median(np.asarray(us) / base)),
+            "drafted_per_row_step": drafted[name] / (batch * steps),
+        }
         for name, us in per_request.items()
     }
+
+
+def _drafted_tokens(drafts) -> int:
+    """Tokens drafted in one step: the engine's path returns lists, the drafter's a Proposal."""
+    if isinstance(drafts, list):
+        return sum(len(d) for d in drafts)
+    return int(drafts.lengths.sum())
 
 
 @contextlib.contextmanager
@@ -255,18 +268,26 @@ def anchor_shares(
 ) -> dict[str, dict]:
     """Per anchor shape and configuration: the drafter's time for one engine step of that batch (the
     median us per request-step x batch, `sam_step_us`, each repeat on other windows) as a share of the
-    anchor's plain decode step; the median over the repeats and their range. siblings: as `sam_step_us`."""
+    anchor's plain decode step; the median over the repeats and their range, and the tokens drafted per
+    request-step (mean over the repeats). siblings: as `sam_step_us`."""
     out = {}
     for (batch, context), step_ms in sorted(anchor.items()):
         per_config: dict[str, list[float]] = {name: [] for name in configs}
+        drafted: dict[str, list[float]] = {name: [] for name in configs}
         for repeat in range(repeats):
             timed = sam_step_us(corpus, context, batch, configs, steps=100, k=None, seed=repeat, siblings=siblings)
             for name, t in timed.items():
                 per_config[name].append(t["us"] * batch / (step_ms * 1e3))
+                drafted[name].append(t["drafted_per_row_step"])
         out[f"batch {batch}, context {context}"] = {
             "anchor_step_ms": step_ms,
             **{
-                name: {"share_median": float(np.median(s)), "share_min": min(s), "share_max": max(s)}
+                name: {
+                    "share_median": float(np.median(s)),
+                    "share_min": min(s),
+                    "share_max": max(s),
+                    "drafted_per_row_step": float(np.mean(drafted[name])),
+                }
                 for name, s in per_config.items()
             },
         }

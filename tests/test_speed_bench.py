@@ -19,7 +19,7 @@ def test_side_by_side_timing_reports_every_configuration_against_the_first():
     assert list(timed) == ["first", "adaptive"]
     assert timed["first"]["ratio"] == 1.0
     for t in timed.values():
-        assert t["us"] > 0 and np.isfinite(t["ratio"]) and t["ratio"] > 0
+        assert t["us"] > 0 and np.isfinite(t["ratio"]) and t["ratio"] > 0 and 0 <= t["drafted_per_row_step"] <= 3
 
 
 def test_the_engine_path_and_the_drafter_calls_are_timed_in_the_same_steps():
@@ -72,6 +72,9 @@ def test_siblings_share_their_prompt_and_a_revisit_drafts_its_earlier_text_to_th
         # the store holds each sibling's whole row: its next 16 tokens, drafted to the cap
         assert drafts["revisit"] == [rows[b, lengths[b] : lengths[b] + 16].tolist() for b in range(4)]
         assert max(len(d) for d in drafts["own"]) < 16
+    corpus = np.random.default_rng(2).integers(0, 1000, size=20000).astype(np.int32)
+    timed = speed.sam_step_us(corpus, context=600, batch=4, configs=configs, steps=20, k=None, siblings=siblings)
+    assert timed["revisit"]["drafted_per_row_step"] == 16 and timed["own"]["drafted_per_row_step"] < 2
     with pytest.raises(ValueError, match="engine's path"):
         speed.start_batch(own, speed.FUSED, rows, context=600, k=3, siblings=siblings)
     with pytest.raises(ValueError, match="no own text"):
