@@ -439,14 +439,12 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if args.step_layers is not None and args.step_layers < 1:
         p.error("--step-layers must be at least 1")
-    args.speed_settings = tuple(args.speed_settings.split(","))
-    unknown = [s for s in args.speed_settings if s not in SPEED_SETTINGS]
-    if unknown:
-        p.error(f"--speed-settings: unknown {unknown}; choose from {', '.join(SPEED_SETTINGS)}")
-    args.identity_dtypes = tuple(args.identity_dtypes.split(","))
-    unknown = [d for d in args.identity_dtypes if d not in IDENTITY_DTYPES]
-    if unknown:
-        p.error(f"--identity-dtypes: unknown {unknown}; choose from {', '.join(IDENTITY_DTYPES)}")
+    for flag, allowed in (("speed_settings", SPEED_SETTINGS), ("identity_dtypes", IDENTITY_DTYPES)):
+        chosen = tuple(getattr(args, flag).split(","))
+        unknown = [c for c in chosen if c not in allowed]
+        if unknown:
+            p.error(f"--{flag.replace('_', '-')}: unknown {unknown}; choose from {', '.join(allowed)}")
+        setattr(args, flag, chosen)
     return args
 
 
