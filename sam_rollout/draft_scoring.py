@@ -10,7 +10,7 @@ it (sampled or greedy; rejection sampling is lossless), so the counts are unbias
 acceptance per position also while nothing is drafted; with one draft per row and step scored, no row
 or stretch of text weighs more than its steps do. A draft counts in the round in which it is decided.
 The switch takes a full draft's first j positions as what a j-token draft earns; the drafter's
-proposals of different lengths differ in a few percent of rows (``SamStepper._propose``), a small
+proposals of different lengths differ in a few percent of rows (``SamStepper._send``), a small
 approximation.
 """
 

@@ -16,12 +16,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
 from sam_rollout.draft_scoring import DraftScorer
-from sam_rollout.drafter import BatchDrafter
+from sam_rollout.drafter import BatchDrafter, Proposal
 from sam_rollout.drafter.auto_switch import AutoSwitch
 from sam_rollout.drafter.prompt_store import prompt_key
 from sam_rollout.drafter.switch import ScheduleSwitch
@@ -73,6 +73,16 @@ def compile_kernels(settings: SamSettings) -> float:
     return time.perf_counter() - t0
 
 
+@dataclass
+class SentDrafts:
+    """One step's drafts, by batch row: what the next step measures them against."""
+
+    req_ids: list  # the step's rows
+    tokens_then: np.ndarray  # int64 [rows]: each row's tokens when it drafted
+    draft_lengths: np.ndarray  # int64 [rows]: tokens sent (0: none)
+    finished: set = field(default_factory=set)  # requests finished since: not measured
+
+
 class SamStepper:
     """One drafting step over an engine's persistent batch.
 
@@ -102,7 +112,7 @@ class SamStepper:
         self._trajectories = TrajectoryIndex(TRAJECTORIES, dropped_tokens=self.k) if keyed else None
         self._trajectory_of: dict = {}  # live request -> its Trajectory
         self.metrics = SamMetrics(self.k)
-        self._sent: dict = {}  # the last step's drafts: req_id -> (num_tokens then, draft length)
+        self._sent: SentDrafts | None = None  # the last step's drafts, measured at the next step
         self._started_batch: list | None = None  # a batch whose requests all started (none finished since)
         self._last_call = None  # perf_counter() at the start of the last call
         self._last_own_ms = 0.0  # how long the last call took
@@ -118,14 +128,15 @@ class SamStepper:
         nothing and its switch learns nothing, but every request's tokens still reach the drafter, so
         drafting resumes from the whole context: an A/B inside one engine (the demo's SAM-off arm)."""
         self.paused = bool(paused)
-        self._sent.clear()
+        self._sent = None
         self._last_call = None  # no step time across the boundary
         self._last_draft_tokens = 0
         if self.scorer is not None:
             self.scorer.discard_round()
 
     def finish(self, req_id) -> None:
-        self._sent.pop(req_id, None)
+        if self._sent is not None:
+            self._sent.finished.add(req_id)
         self._started_batch = None
         if self.scorer is not None:
             self.scorer.drop(req_id)
@@ -159,9 +170,10 @@ class SamStepper:
         lengths = np.asarray(num_tokens_no_spec[:n])  # any integer dtype: the drafter takes it as it is
         row_lengths = lengths.tolist()  # Python ints for the per-row work: numpy scalars cost more
         scheduled = n if num_scheduled_reqs is None else int(num_scheduled_reqs)
-        decode_rows = [i for i, sampled in enumerate(sampled_token_ids) if len(sampled)]
+        sampled = np.fromiter(map(len, sampled_token_ids), dtype=np.int64, count=n) > 0
+        decode_rows = np.flatnonzero(sampled).tolist()
         started = self._start_new(req_ids, num_prompt_tokens, token_ids_cpu)
-        self._observe_last_step(req_ids, sampled_token_ids, row_lengths)
+        self._observe_last_step(req_ids, sampled, lengths)
         if self.scorer is not None:
             self.scorer.resolve(req_ids, token_ids_cpu, row_lengths)
             self._started_since_round += started
@@ -170,16 +182,13 @@ class SamStepper:
             step_ms = 1e3 * (t0 - self._last_call)
             if self._last_own_ms < OWN_TIME_SHARE * step_ms:
                 self.switch.observe_cost(scheduled, self._last_draft_tokens / scheduled, step_ms)
-        try:  # every row's committed tokens (accepted + bonus), also when speculation is off
-            self.drafter.sync(req_ids, token_ids_cpu, lengths)  # row i for req_ids[i]; the rows past n unread
-        except ValueError as e:  # a row shorter than what the drafter saw: rebuild those requests
-            self._resync(req_ids, num_prompt_tokens, token_ids_cpu, lengths, e)
 
         m = self.metrics
         m.calls += 1
         m.decode_row_steps += len(decode_rows)
         m.steps += bool(decode_rows)
         self._last_draft_tokens = 0
+        kk, rows, scored = 0, [], []
         if decode_rows and not self.paused:
             round_start = self._start_round_if_due(scheduled)  # the last round's counts first: k rests on them
             kk = self.switch.choose_k(scheduled)
@@ -188,8 +197,12 @@ class SamStepper:
             scored = self.scorer.rows_to_score(decode_rows, round_start) if self.scorer is not None else []
             if kk > 0:
                 m.steps_on += 1
-            if kk > 0 or scored:
-                self._propose(req_ids, decode_rows if kk > 0 else scored, row_lengths, kk, out, scored)
+            rows = decode_rows if kk > 0 else scored
+        # every row's committed tokens (accepted + bonus) reach the drafter, also when speculation is
+        # off; then the drafts for `rows`, in the same compiled call
+        proposal = self._sync_and_propose(req_ids, num_prompt_tokens, token_ids_cpu, lengths, rows, scored, kk)
+        if rows:
+            self._send(req_ids, rows, row_lengths, proposal, kk, out, scored)
         self._last_call = None if self.paused else t0
         if m.calls % NBYTES_EVERY == 0:
             m.peak_drafter_nbytes = max(m.peak_drafter_nbytes, self.drafter.nbytes)
@@ -226,19 +239,25 @@ class SamStepper:
         self._trajectory_of[req_id] = trajectory
         return trajectory.with_store
 
-    def _observe_last_step(self, req_ids, sampled_token_ids, row_lengths: list[int]) -> None:
+    def _observe_last_step(self, req_ids, sampled: np.ndarray, lengths: np.ndarray) -> None:
         """How far each row drafted last step advanced (accepted tokens, then one from the target): the
-        acceptance metrics. Rows without a sampled token this step are not measured."""
-        sent, self._sent = self._sent, {}
-        if not sent:
+        acceptance metrics. Rows without a sampled token this step (`sampled` False) are not measured."""
+        sent, self._sent = self._sent, None
+        if sent is None:
             return
-        accepted = [
-            min(max(row_lengths[i] - tokens_then - 1, 0), draft_length)
-            for i, rid in enumerate(req_ids)
-            if rid in sent and len(sampled_token_ids[i]) > 0
-            for tokens_then, draft_length in (sent[rid],)
-        ]
-        self.metrics.count_accepted(accepted)
+        if req_ids == sent.req_ids and not sent.finished:  # the usual step: the same rows as last step
+            tokens_then, draft_lengths = sent.tokens_then, sent.draft_lengths
+        else:  # rows moved, joined or left: each row finds its request's draft, if it had one
+            where = {sent.req_ids[j]: j for j in np.flatnonzero(sent.draft_lengths).tolist()}
+            for rid in sent.finished:
+                where.pop(rid, None)
+            found = np.array([where.get(rid, -1) for rid in req_ids], dtype=np.int64)
+            had = found >= 0
+            tokens_then = np.where(had, sent.tokens_then[found], 0)
+            draft_lengths = np.where(had, sent.draft_lengths[found], 0)
+        measured = sampled & (draft_lengths > 0)
+        advanced = lengths.astype(np.int64)[measured] - tokens_then[measured] - 1
+        self.metrics.count_accepted(np.clip(advanced, 0, draft_lengths[measured]))
 
     def _resync(self, req_ids, num_prompt_tokens, token_ids_cpu, lengths, err) -> None:
         d = self.drafter
@@ -251,7 +270,6 @@ class SamStepper:
         if not rebuilt:
             raise err
         self._log.warning("SAM proposer: rebuilt %d request(s) whose rows went backwards (%s)", rebuilt, err)
-        d.sync(req_ids, token_ids_cpu[: len(req_ids)], lengths)
 
     def _start_round_if_due(self, scheduled: int) -> bool:
         """On a step that starts a scoring round, the finished round (and a new batch, if one started)
@@ -264,36 +282,46 @@ class SamStepper:
             self._started_since_round = 0
         return True
 
-    def _propose(self, req_ids, rows, row_lengths: list[int], k: int, out, scored: list[int]) -> None:
-        """Drafts of k tokens for ``rows`` into ``out``; for the ``scored`` ones (a subset), full drafts
-        to the scorer as well, and the sent drafts are their first k tokens (one proposal a step). That
-        prefix differs from a k-token proposal in a few percent of rows: the frequent continuation weighs
-        the whole draft length."""
+    def _sync_and_propose(self, req_ids, num_prompt_tokens, token_ids_cpu, lengths, rows, scored, k) -> Proposal:
+        """Every row synced (row i for req_ids[i]; the rows past n unread), then drafts for `rows`: k
+        tokens, or the full k of the settings where some rows are `scored`. A row shorter than what
+        the drafter saw has its request rebuilt from its prompt first."""
         k_proposed = self.k if scored else k
-        proposal = self.drafter.propose([req_ids[i] for i in rows], k_proposed)
-        full_lengths = proposal.lengths.tolist()
-        if max(row_lengths) + k_proposed > self.max_model_len:  # rows near the end: cut there
-            full_lengths = self._within_max_model_len(full_lengths, rows, row_lengths)
+        try:
+            return self.drafter.step(req_ids, token_ids_cpu, lengths, k_proposed, propose=rows)
+        except ValueError as e:  # nothing was appended: rebuild those requests, then step again
+            self._resync(req_ids, num_prompt_tokens, token_ids_cpu, lengths, e)
+            return self.drafter.step(req_ids, token_ids_cpu, lengths, k_proposed, propose=rows)
+
+    def _send(self, req_ids, rows, row_lengths: list[int], proposal: Proposal, k: int, out, scored: list[int]) -> None:
+        """The drafts of ``rows`` (proposal row j for rows[j]), cut to k tokens, into ``out``; for the
+        ``scored`` ones (a subset), the full drafts to the scorer as well, and the sent drafts are their
+        first k tokens (one proposal a step). That prefix differs from a k-token proposal in a few percent
+        of rows: the frequent continuation weighs the whole draft length."""
+        full_lengths = proposal.lengths.astype(np.int64)
+        if max(row_lengths) + proposal.tokens.shape[1] > self.max_model_len:  # rows near the end: cut there
+            room = self.max_model_len - np.asarray(row_lengths, dtype=np.int64)[rows]
+            full_lengths = np.minimum(full_lengths, np.maximum(room, 0))
         if scored:
-            self._score(req_ids, rows, row_lengths, proposal.tokens, full_lengths, set(scored))
+            self._score(req_ids, rows, row_lengths, proposal.tokens, full_lengths.tolist(), set(scored))
         if k == 0:
             return
-        sent, draft_tokens = {}, 0
-        for i, row_tokens, length in zip(rows, proposal.tokens.tolist(), full_lengths):
-            length = min(length, k)
-            if length > 0:
-                out[i] = row_tokens[:length]
-                sent[req_ids[i]] = (row_lengths[i], length)
-                draft_tokens += length
-        self._sent = sent  # measured at the next step
-        self.metrics.num_drafts += len(sent)
+        sent_lengths = np.minimum(full_lengths, k)
+        kept = np.arange(proposal.tokens.shape[1]) < sent_lengths[:, None]  # each row's first tokens
+        tokens = proposal.tokens[kept].tolist()  # row-major: row j's draft, then row j + 1's
+        ends = np.cumsum(sent_lengths).tolist()
+        begin = 0
+        for i, end in zip(rows, ends):
+            if end > begin:
+                out[i] = tokens[begin:end]
+            begin = end
+        draft_lengths = np.zeros(len(req_ids), dtype=np.int64)
+        draft_lengths[rows] = sent_lengths
+        self._sent = SentDrafts(req_ids, np.asarray(row_lengths, dtype=np.int64), draft_lengths)
+        draft_tokens = ends[-1]
+        self.metrics.num_drafts += int(np.count_nonzero(sent_lengths))
         self.metrics.num_draft_tokens += draft_tokens
         self._last_draft_tokens = draft_tokens
-
-    def _within_max_model_len(self, draft_lengths: list[int], rows, row_lengths: list[int]) -> list[int]:
-        """The drafts' lengths cut where they would pass max_model_len (the rule of vLLM's ngram proposer)."""
-        room = (max(self.max_model_len - row_lengths[i], 0) for i in rows)
-        return [min(length, row_room) for length, row_room in zip(draft_lengths, room)]
 
     def _score(self, req_ids, rows, row_lengths: list[int], tokens: np.ndarray, full_lengths: list[int], scored: set):
         """The full drafts of the ``scored`` rows to the scorer, in row order."""

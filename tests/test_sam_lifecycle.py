@@ -131,6 +131,28 @@ def test_drafts_of_a_step_do_not_depend_on_order():
     assert np.array_equal(forward.tokens, backward.tokens[::-1])
 
 
+def test_a_step_drafts_for_the_requests_it_names():
+    """`step(..., propose=...)` syncs every row and drafts only for the named ones, in the order named,
+    the drafts `sync` then `propose` give; an index outside the batch is refused before anything changes."""
+    rows = np.array([[1, 2, 3, 1, 2, 3, 1, 2], [5, 6, 7, 5, 6, 7, 5, 6], [9, 8, 9, 8, 9, 8, 9, 8]], dtype=np.int32)
+    lengths = [7, 6, 8]
+    stepped, synced = BatchDrafter(DraftConfig(k=4)), BatchDrafter(DraftConfig(k=4))
+    for drafter in (stepped, synced):
+        for i in range(3):
+            drafter.start(i, rows[i, :3])
+    with pytest.raises(ValueError, match="outside the 3 requests"):
+        stepped.step([0, 1, 2], rows, lengths, 4, propose=[0, 3])
+    assert [stepped.num_tokens(i) for i in range(3)] == [3, 3, 3]
+    proposal = stepped.step([0, 1, 2], rows, lengths, 4, propose=[2, 0])
+    synced.sync([0, 1, 2], rows, lengths)
+    expected = synced.propose([2, 0], 4)
+    assert [stepped.num_tokens(i) for i in range(3)] == lengths
+    for got, want in zip(proposal, expected):
+        assert np.array_equal(got, want)
+    assert proposal.lengths.min() > 0  # both periodic rows draft
+    assert stepped.step([0, 1, 2], rows, lengths, 4, propose=[]).tokens.shape == (0, 4)
+
+
 # ---------------------------------------------------------------- bad input ------------------------
 @pytest.mark.parametrize(
     "tokens, message",

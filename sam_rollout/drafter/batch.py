@@ -324,14 +324,28 @@ class BatchDrafter:
             draft.propose_batch(a.table, a.meta, self._cursor, self._history, slots, k, *self._buffers(k), *out)
         return out
 
-    def step(self, req_ids: Sequence[Hashable], rows: np.ndarray, row_lengths, k: int | None = None) -> Proposal:
-        """`sync` then `propose` in one compiled call: an engine's step."""
+    def step(
+        self, req_ids: Sequence[Hashable], rows: np.ndarray, row_lengths, k: int | None = None, propose=None
+    ) -> Proposal:
+        """`sync` then `propose` in one compiled call: an engine's step. propose: the indices into
+        req_ids of the requests to draft for (Proposal row j for req_ids[propose[j]]); None: all."""
         k = self._check_k(self.config.k if k is None else k)
         slots, row_lengths = self._check_rows(req_ids, rows, row_lengths)
-        out = self._empty_proposal(slots.size, k)
+        proposing = slots if propose is None else slots[self._check_indices(propose, slots.size)]
+        out = self._empty_proposal(proposing.size, k)
         buffers = self._buffers(k)
         code = self._until_done(
-            draft.step_rows, self._cursor, self._history, slots, rows, row_lengths, self._need, k, *buffers, *out
+            draft.step_rows,
+            self._cursor,
+            self._history,
+            slots,
+            rows,
+            row_lengths,
+            self._need,
+            k,
+            proposing,
+            *buffers,
+            *out,
         )
         self._raise_bad_row(code, req_ids, slots, rows, row_lengths)
         return out
@@ -392,6 +406,13 @@ class BatchDrafter:
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
             raise ValueError(f"k must be a non-negative integer, got {k!r}")
         return int(k)
+
+    @staticmethod
+    def _check_indices(indices, n: int) -> np.ndarray:
+        indices = np.asarray(indices, dtype=np.int64).reshape(-1)
+        if indices.size and (indices.min() < 0 or indices.max() >= n):
+            raise ValueError(f"propose holds an index outside the {n} requests: {indices.tolist()}")
+        return indices
 
     @staticmethod
     def _empty_proposal(n: int, k: int) -> Proposal:

@@ -374,6 +374,7 @@ def step_rows(
     row_lengths,
     need,
     k,
+    proposing,
     policy,
     work,
     scratch,
@@ -382,11 +383,12 @@ def step_rows(
     out_match,
     out_source,
 ):
-    """sync_rows then propose_batch in one call. Every request is synced before any proposes, so a
-    sibling's tokens of this step count whatever the row order. Returns sync_rows' answer."""
+    """sync_rows for `slots`, then propose_batch for `proposing` (slots too, or some of them), in one
+    call. Every request is synced before any proposes, so a sibling's tokens of this step count
+    whatever the row order. Returns sync_rows' answer."""
     code = sync_rows(table, meta, cursor, history, slots, rows, row_lengths, need, int(policy[P_COUNT_DEPTH]))
     if code == OK and k > 0:
         propose_batch(
-            table, meta, cursor, history, slots, k, policy, work, scratch, out, out_len, out_match, out_source
+            table, meta, cursor, history, proposing, k, policy, work, scratch, out, out_len, out_match, out_source
         )
     return code
