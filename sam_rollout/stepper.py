@@ -46,7 +46,7 @@ def compile_kernels(settings: SamSettings) -> float:
     steps. Returns the seconds it took."""
     t0 = time.perf_counter()
     clock = [0.0]  # simulated: each engine step takes 50 ms, so that the switch times the steps
-    width = 4 * (COMPILE_STEPS + 16)
+    width = (settings.draft.k + 1) * (COMPILE_STEPS + 16)  # every draft is accepted: rows grow by k + 1 a step
     st = SamStepper(settings, max_model_len=width, clock=lambda: clock[0])
     period = np.arange(5, 10, dtype=np.int32)
     prompts = [np.tile(period, 3), np.tile(period, 3), np.arange(20, 30, dtype=np.int32), np.tile(period, 2)]

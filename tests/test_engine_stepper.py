@@ -19,7 +19,7 @@ from sam_rollout.drafter.auto_switch import JUMP_KEEP
 from sam_rollout.drafter.prompt_store import prompt_key
 from sam_rollout.metrics import SamStepTracker
 from sam_rollout.settings import SETTINGS_KEY, SamSettings
-from sam_rollout.stepper import SamStepper
+from sam_rollout.stepper import SamStepper, compile_kernels
 
 W = 64  # row width (max_model_len)
 ROOT = Path(__file__).resolve().parents[1]
@@ -510,6 +510,14 @@ def test_compile_kernels_leaves_nothing_to_compile_in_an_engine_session(raw):
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert run.returncode == 0, run.stderr[-3000:]
     assert json.loads(run.stdout.strip().splitlines()[-1]) == {}
+
+
+@pytest.mark.parametrize("k", [1, 16, 40])
+def test_compile_kernels_runs_at_any_draft_cap(k):
+    """Its synthetic session accepts every draft, so its rows grow by k + 1 a step: they are sized for
+    that (at k = 16 the session overran its rows, and the engine adapters failed at set-up)."""
+    settings = SamSettings.from_mapping(k, {"prompt_store": True, "history_tokens": 2048})
+    assert compile_kernels(settings) > 0
 
 
 def test_auto_schedule_setting():
