@@ -58,13 +58,12 @@ class SamMetrics:
         self.peak_drafter_nbytes = 0  # sampled every NBYTES_EVERY calls
         self.instance = uuid.uuid4().hex  # a restarted engine's counters are new ones, even where larger
 
-    def count_accepted(self, accepted) -> None:
-        """One step's measured drafts (integers, at most k each), each by how many of its tokens were accepted."""
-        accepted = np.asarray(accepted, dtype=np.int64)
-        self.num_measured_drafts += int(accepted.size)
-        self.num_accepted_tokens += int(accepted.sum())
-        by_accepted = np.bincount(accepted, minlength=len(self.drafts_by_accepted)).tolist()
-        self.drafts_by_accepted = [a + b for a, b in zip(self.drafts_by_accepted, by_accepted, strict=True)]
+    def count_accepted(self, accepted: list[int]) -> None:
+        """One step's measured drafts, each by how many of its tokens were accepted."""
+        self.num_measured_drafts += len(accepted)
+        self.num_accepted_tokens += sum(accepted)
+        for tokens in accepted:
+            self.drafts_by_accepted[tokens] += 1
 
     @property
     def accepted_per_pos(self) -> np.ndarray:

@@ -78,8 +78,8 @@ class SentDrafts:
     """One step's drafts, by batch row: what the next step measures them against."""
 
     req_ids: list  # the step's rows
-    tokens_then: np.ndarray  # int64 [rows]: each row's tokens when it drafted
-    draft_lengths: np.ndarray  # int64 [rows]: tokens sent (0: none)
+    tokens_then: list[int]  # each row's tokens when it drafted
+    draft_lengths: list[int]  # each row's tokens sent (0: none)
     finished: set = field(default_factory=set)  # requests finished since: not measured
 
 
@@ -114,6 +114,7 @@ class SamStepper:
         self.metrics = SamMetrics(self.k)
         self._sent: SentDrafts | None = None  # the last step's drafts, measured at the next step
         self._started_batch: list | None = None  # a batch whose requests all started (none finished since)
+        self._row_range: list[int] = []  # [0, ..., n - 1] for the last batch size n
         self._last_call = None  # perf_counter() at the start of the last call
         self._last_own_ms = 0.0  # how long the last call took
         self._last_draft_tokens = 0
@@ -170,10 +171,9 @@ class SamStepper:
         lengths = np.asarray(num_tokens_no_spec[:n])  # any integer dtype: the drafter takes it as it is
         row_lengths = lengths.tolist()  # Python ints for the per-row work: numpy scalars cost more
         scheduled = n if num_scheduled_reqs is None else int(num_scheduled_reqs)
-        sampled = np.fromiter(map(len, sampled_token_ids), dtype=np.int64, count=n) > 0
-        decode_rows = np.flatnonzero(sampled).tolist()
+        decode_rows = [i for i, sampled in enumerate(sampled_token_ids) if len(sampled)]
         started = self._start_new(req_ids, num_prompt_tokens, token_ids_cpu)
-        self._observe_last_step(req_ids, sampled, lengths)
+        self._observe_last_step(req_ids, sampled_token_ids, row_lengths)
         if self.scorer is not None:
             self.scorer.resolve(req_ids, token_ids_cpu, row_lengths)
             self._started_since_round += started
@@ -239,25 +239,26 @@ class SamStepper:
         self._trajectory_of[req_id] = trajectory
         return trajectory.with_store
 
-    def _observe_last_step(self, req_ids, sampled: np.ndarray, lengths: np.ndarray) -> None:
+    def _observe_last_step(self, req_ids, sampled_token_ids, row_lengths: list[int]) -> None:
         """How far each row drafted last step advanced (accepted tokens, then one from the target): the
-        acceptance metrics. Rows without a sampled token this step (`sampled` False) are not measured."""
+        acceptance metrics. Rows without a sampled token this step are not measured."""
         sent, self._sent = self._sent, None
         if sent is None:
             return
         if req_ids == sent.req_ids and not sent.finished:  # the usual step: the same rows as last step
-            tokens_then, draft_lengths = sent.tokens_then, sent.draft_lengths
+            then = zip(sent.tokens_then, sent.draft_lengths)
         else:  # rows moved, joined or left: each row finds its request's draft, if it had one
-            where = {sent.req_ids[j]: j for j in np.flatnonzero(sent.draft_lengths).tolist()}
+            where = {rid: (t, d) for rid, t, d in zip(sent.req_ids, sent.tokens_then, sent.draft_lengths) if d}
             for rid in sent.finished:
                 where.pop(rid, None)
-            found = np.array([where.get(rid, -1) for rid in req_ids], dtype=np.int64)
-            had = found >= 0
-            tokens_then = np.where(had, sent.tokens_then[found], 0)
-            draft_lengths = np.where(had, sent.draft_lengths[found], 0)
-        measured = sampled & (draft_lengths > 0)
-        advanced = lengths.astype(np.int64)[measured] - tokens_then[measured] - 1
-        self.metrics.count_accepted(np.clip(advanced, 0, draft_lengths[measured]))
+            then = (where.get(rid, (0, 0)) for rid in req_ids)
+        self.metrics.count_accepted(
+            [
+                min(max(length - tokens_then - 1, 0), draft_length)
+                for length, sampled, (tokens_then, draft_length) in zip(row_lengths, sampled_token_ids, then)
+                if draft_length and len(sampled)
+            ]
+        )
 
     def _resync(self, req_ids, num_prompt_tokens, token_ids_cpu, lengths, err) -> None:
         d = self.drafter
@@ -287,39 +288,39 @@ class SamStepper:
         tokens, or the full k of the settings where some rows are `scored`. A row shorter than what
         the drafter saw has its request rebuilt from its prompt first."""
         k_proposed = self.k if scored else k
+        propose = None if rows == self._all_rows(len(req_ids)) else rows  # None: every row, nothing to index
         try:
-            return self.drafter.step(req_ids, token_ids_cpu, lengths, k_proposed, propose=rows)
+            return self.drafter.step(req_ids, token_ids_cpu, lengths, k_proposed, propose=propose)
         except ValueError as e:  # nothing was appended: rebuild those requests, then step again
             self._resync(req_ids, num_prompt_tokens, token_ids_cpu, lengths, e)
-            return self.drafter.step(req_ids, token_ids_cpu, lengths, k_proposed, propose=rows)
+            return self.drafter.step(req_ids, token_ids_cpu, lengths, k_proposed, propose=propose)
+
+    def _all_rows(self, n: int) -> list[int]:
+        if len(self._row_range) != n:
+            self._row_range = list(range(n))
+        return self._row_range
 
     def _send(self, req_ids, rows, row_lengths: list[int], proposal: Proposal, k: int, out, scored: list[int]) -> None:
         """The drafts of ``rows`` (proposal row j for rows[j]), cut to k tokens, into ``out``; for the
         ``scored`` ones (a subset), the full drafts to the scorer as well, and the sent drafts are their
         first k tokens (one proposal a step). That prefix differs from a k-token proposal in a few percent
         of rows: the frequent continuation weighs the whole draft length."""
-        full_lengths = proposal.lengths.astype(np.int64)
+        full_lengths = proposal.lengths.tolist()
         if max(row_lengths) + proposal.tokens.shape[1] > self.max_model_len:  # rows near the end: cut there
-            room = self.max_model_len - np.asarray(row_lengths, dtype=np.int64)[rows]
-            full_lengths = np.minimum(full_lengths, np.maximum(room, 0))
+            full_lengths = [min(n, max(self.max_model_len - row_lengths[i], 0)) for i, n in zip(rows, full_lengths)]
         if scored:
-            self._score(req_ids, rows, row_lengths, proposal.tokens, full_lengths.tolist(), set(scored))
+            self._score(req_ids, rows, row_lengths, proposal.tokens, full_lengths, set(scored))
         if k == 0:
             return
-        sent_lengths = np.minimum(full_lengths, k)
-        kept = np.arange(proposal.tokens.shape[1]) < sent_lengths[:, None]  # each row's first tokens
-        tokens = proposal.tokens[kept].tolist()  # row-major: row j's draft, then row j + 1's
-        ends = np.cumsum(sent_lengths).tolist()
-        begin = 0
-        for i, end in zip(rows, ends):
-            if end > begin:
-                out[i] = tokens[begin:end]
-            begin = end
-        draft_lengths = np.zeros(len(req_ids), dtype=np.int64)
-        draft_lengths[rows] = sent_lengths
-        self._sent = SentDrafts(req_ids, np.asarray(row_lengths, dtype=np.int64), draft_lengths)
-        draft_tokens = ends[-1]
-        self.metrics.num_drafts += int(np.count_nonzero(sent_lengths))
+        draft_lengths = [0] * len(req_ids)
+        for i, row_tokens, length in zip(rows, proposal.tokens[:, :k].tolist(), full_lengths):
+            if length > 0:
+                length = min(length, k)
+                out[i] = row_tokens[:length]
+                draft_lengths[i] = length
+        self._sent = SentDrafts(req_ids, row_lengths, draft_lengths)
+        draft_tokens = sum(draft_lengths)
+        self.metrics.num_drafts += len(draft_lengths) - draft_lengths.count(0)
         self.metrics.num_draft_tokens += draft_tokens
         self._last_draft_tokens = draft_tokens
 
