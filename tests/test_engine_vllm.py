@@ -228,6 +228,26 @@ def test_threshold_switches_speculation_off_and_on(model_dir, prompts, reference
         assert list(o.outputs[0].token_ids) == reference[i][: lengths[i]], f"prompt {i} diverges"
 
 
+def test_long_drafts_keep_greedy_identity(model_dir, prompts, reference):
+    """num_speculative_tokens 16 with the default match-scaled length: the engine starts (its kernels
+    compile for 16-token drafts), drafts past k = 3 are verified and accepted at their later positions,
+    and greedy outputs stay identical to the no-speculation run."""
+    n_prompts, n_tokens, k = 4, 256, 16
+    llm = LLM(model_dir, **ENGINE_KW, **sam_engine_kwargs(k, switch=None))
+    try:
+        greedy = SamplingParams(temperature=0.0, max_tokens=n_tokens, ignore_eos=True)
+        outs = llm.generate(as_inputs(prompts[:n_prompts]), greedy)
+        c = counters(llm)
+        m = sam_metrics(llm)
+    finally:
+        shutdown(llm)
+    print(f"k=16: SAM {m}; vLLM {c}")
+    for i, o in enumerate(outs):
+        assert list(o.outputs[0].token_ids) == reference[i][:n_tokens], f"prompt {i} diverges"
+    assert len(c["num_accepted_tokens_per_pos"]) == k
+    assert sum(c["num_accepted_tokens_per_pos"][K:]) > 0, c  # tokens accepted past the 3rd draft position
+
+
 def test_online_switch_scores_drafts_and_keeps_greedy_identity(model_dir, prompts, reference, monkeypatch):
     """switch: auto in the real engine: greedy outputs identical, every step with decode rows chose a k,
     and the scoring rounds measured this model's greedy acceptance whether or not drafts were sent
