@@ -33,20 +33,6 @@ ROUTING = "handoff"  # the balancer's routing in the simulator: prompt_affinity,
 CASES = (("default", "first"), ("default", "later"), (ROUTING, "first"), (ROUTING, "later"))
 
 
-def scales(args) -> list[sim.ClusterScale]:
-    anchor = sim.TableCost.from_csv(sr.shared_data_dir() / sr.ANCHOR_CSV)
-    rates = sim.fit_roofline(anchor)
-    costs = {
-        sr.SETUP_32B["name"]: (anchor, sim.DenseRooflineCost(rates, sr.QWEN3_32B)),
-        sr.SETUP_235B["name"]: (sr.moe_cost_table(args, rates), sim.MoeRooflineCost(rates)),
-    }
-    out = []
-    for name, (setup, n) in sr.recipe_setups().items():
-        cost, roofline = costs[name]
-        out.append(sim.ClusterScale(setup, n, cost, sim.prefill_ms(roofline, setup.prompt_len), [setup.replicas]))
-    return out
-
-
 def run_chunk(chunk: int, groups, stored: dict, scale_list, seeds: int, args) -> dict:
     """Rollout time ratios per scale and length correlation with our balancer at ``chunk``."""
     with affinity_settings(group_chunk=chunk):
@@ -55,20 +41,14 @@ def run_chunk(chunk: int, groups, stored: dict, scale_list, seeds: int, args) ->
         profiles.update(sim.routed_profiles(groups, replicas, args.cluster_k, routings=(ROUTING,)))
         sam = sim.Policy("auto", np.zeros(1, dtype=np.int64), sim.ONLINE, args.cluster_overhead_ms)
         out = {"tokens_per_step": {k: v["mean_tokens_per_step"] for k, v in profiles.items() if k.startswith(ROUTING)}}
+        lengths = sr.grouped_lengths(scale_list)
         for sc in scale_list:
-            setup, n = sc.setup, sc.group_size
+            setup = sc.setup
             grid = sim.CostGrid.build(sc.cost, setup.max_num_seqs, args.cluster_k, setup.max_response + 2048)
-            tables, acceptance = sim._routed_tables(profiles, setup.replicas, args.cluster_k, args.min_steps)
-
-            def lengths(s, seed, corr, visit=0, n=n):
-                base = sr.BASE_LENGTHS
-                return sim.grouped_lognormal_lengths(
-                    s.requests // n, n, base["median"], base["sigma"], s.max_response, corr, seed, visit
-                )
-
+            tables, acceptance = sim.routed_tables(profiles, setup.replicas, args.cluster_k, args.min_steps)
             for corr in (0.0, stored["log_length_icc"]):
                 draws = sim.length_draws(lengths, setup, seeds, corr)
-                rows = sim._scale_rows(sc, setup.replicas, tables, draws, sam, grid, acceptance)
+                rows = sim.scale_rows(sc, setup.replicas, tables, draws, sam, grid, acceptance)
                 x = {(r["routing"], r["arm"]): r["x_default_off"] for r in rows}
                 case = f"{setup.name}, length ICC {corr:.2f}"
                 out[case] = {f"{ro} {arm}": x[(ro, arm)] for ro, arm in CASES}
@@ -98,7 +78,7 @@ def main(argv=None) -> int:
     t0 = time.time()
     stored = json.loads(ROUTED_REPLAY.read_text())
     _, groups = load_trace_set(sim_args.cluster_traces)
-    scale_list = scales(sim_args)
+    scale_list = sr.cluster_scales(sim_args)
     results = {str(c): run_chunk(c, groups, stored, scale_list, args.seeds, sim_args) for c in args.chunks}
     print(f"({time.time() - t0:.0f} s)")
     if args.out:

@@ -432,23 +432,16 @@ def moe_cost_table(args, rates) -> TableCost:
     return TableCost.from_csv(args.moe_cost or shared_data_dir() / MOE_ANCHOR_CSV, extension=MoeRooflineCost(rates))
 
 
-def cluster_main(args):
-    t0 = time.time()
+def cluster_scales(args) -> list[ClusterScale]:
+    """The recipes' setups at cluster scale: 32B on the dense anchor (``--cost`` or the H200's), 235B on
+    the MoE table; each simulated at its own replica count and at ``--cluster-replicas``."""
     anchor = TableCost.from_csv(args.cost or shared_data_dir() / ANCHOR_CSV)
     rates = fit_roofline(anchor)
-    moe_table = moe_cost_table(args, rates)
-    setups = recipe_setups()
-    replicas = sorted(set(args.cluster_replicas) | {setup.replicas for setup, _ in setups.values()})
-    bound_replicas = sorted({setup.replicas for setup, _ in setups.values()}) if args.cluster_bounds else []
-    source, replayed = routed_acceptance_profiles(args, replicas, bound_replicas)
-    profiles = replayed["profiles"]
     costs = {  # (step cost, roofline for the prefill estimate)
         SETUP_32B["name"]: (anchor, DenseRooflineCost(rates, QWEN3_32B)),
-        SETUP_235B["name"]: (moe_table, MoeRooflineCost(rates)),
+        SETUP_235B["name"]: (moe_cost_table(args, rates), MoeRooflineCost(rates)),
     }
-    for cost, _ in costs.values():
-        print("step cost by q:", cost.q_note(args.cluster_k + 1))
-    scales = [
+    return [
         ClusterScale(
             setup,
             n,
@@ -456,15 +449,34 @@ def cluster_main(args):
             prefill_ms(costs[name][1], setup.prompt_len),
             sorted(set(args.cluster_replicas) | {setup.replicas}),
         )
-        for name, (setup, n) in setups.items()
+        for name, (setup, n) in recipe_setups().items()
     ]
-    median, sigma = BASE_LENGTHS["median"], BASE_LENGTHS["sigma"]
+
+
+def grouped_lengths(scales: list[ClusterScale]):
+    """``lengths(setup, seed, corr, visit)``: a step's response lengths, lognormal (BASE_LENGTHS), in groups
+    of the setup's samples per prompt whose log-lengths correlate by ``corr`` (the prompt's share)."""
     group_size = {s.setup.name: s.group_size for s in scales}
+    median, sigma = BASE_LENGTHS["median"], BASE_LENGTHS["sigma"]
 
     def lengths(setup, seed, corr, visit=0):
         n = group_size[setup.name]
         return grouped_lognormal_lengths(setup.requests // n, n, median, sigma, setup.max_response, corr, seed, visit)
 
+    return lengths
+
+
+def cluster_main(args):
+    t0 = time.time()
+    scales = cluster_scales(args)
+    by_name = {s.setup.name: s for s in scales}
+    replicas = sorted({r for s in scales for r in s.replicas})
+    bound_replicas = sorted({s.setup.replicas for s in scales}) if args.cluster_bounds else []
+    source, replayed = routed_acceptance_profiles(args, replicas, bound_replicas)
+    profiles = replayed["profiles"]
+    for sc in scales:
+        print("step cost by q:", sc.cost.q_note(args.cluster_k + 1))
+    lengths = grouped_lengths(scales)
     run = (args.cluster_seeds, args.cluster_k, args.cluster_overhead_ms, args.min_steps)
     result = run_cluster(scales, profiles, lengths, *run)
     corr = replayed["log_length_icc"]
@@ -475,9 +487,9 @@ def cluster_main(args):
     result.update(
         date=time.strftime("%Y-%m-%d"),
         acceptance=source,
-        cost_32b=anchor.label,
-        cost_235b=costs[SETUP_235B["name"]][0].label,
-        cost_q={name: cost.q_note(args.cluster_k + 1) for name, (cost, _) in costs.items()},
+        cost_32b=by_name[SETUP_32B["name"]].cost.label,
+        cost_235b=by_name[SETUP_235B["name"]].cost.label,
+        cost_q={s.setup.name: s.cost.q_note(args.cluster_k + 1) for s in scales},
         k=args.cluster_k,
         prefill_ms_per_request={s.setup.name: s.prefill_ms for s in scales},
         setups={s.setup.name: dict(s.setup.__dict__, group_size=s.group_size) for s in scales},

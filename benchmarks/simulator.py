@@ -1317,7 +1317,7 @@ class ClusterScale:
     replicas: list  # replica counts to simulate (the setup's own among them)
 
 
-def _scale_rows(sc: ClusterScale, replicas, tables, draws, sam, grid, acceptance: dict, label="") -> list[dict]:
+def scale_rows(sc: ClusterScale, replicas, tables, draws, sam, grid, acceptance: dict, label="") -> list[dict]:
     """cluster_step over the length draws (``draws``: per seed, (set, visit) -> lengths; set 0 visit 0 is
     the priced step), averaged; one row per routing and arm, ``x_off`` against no speculation with the
     same placement of requests, ``x_default_off`` against no speculation placed by the default routing."""
@@ -1348,7 +1348,7 @@ def _scale_rows(sc: ClusterScale, replicas, tables, draws, sam, grid, acceptance
     return rows
 
 
-def _routed_tables(profiles: dict, replicas: int, k: int, min_steps: int):
+def routed_tables(profiles: dict, replicas: int, k: int, min_steps: int):
     """Profile tables per (routing, epoch): ROUTINGS always, a ROUTER_ROUTINGS routing where replayed."""
     tables, acceptance = {}, {}
     replayed = [r for r in ROUTER_ROUTINGS if all(profile_key(r, replicas, e) in profiles for e in EPOCHS)]
@@ -1397,8 +1397,8 @@ def run_cluster(
         grid = CostGrid.build(sc.cost, sc.setup.max_num_seqs, k, sc.setup.max_response + 2048)
         for replicas in sc.replicas:
             setup = RolloutSetup(**{**sc.setup.__dict__, "replicas": replicas})
-            tables, acceptance = _routed_tables(profiles, replicas, k, min_steps)
-            new = _scale_rows(sc, replicas, tables, length_draws(lengths_for, setup, seeds, 0.0), sam, grid, acceptance)
+            tables, acceptance = routed_tables(profiles, replicas, k, min_steps)
+            new = scale_rows(sc, replicas, tables, length_draws(lengths_for, setup, seeds, 0.0), sam, grid, acceptance)
             rows += new
             x = {(r["routing"], r["arm"]): r["x_default_off"] for r in new}
             log(
@@ -1436,16 +1436,16 @@ def cluster_what_ifs(
     off = Policy("off", np.zeros(sc.setup.max_num_seqs + 1, dtype=np.int64))
     grid = CostGrid.build(sc.cost, sc.setup.max_num_seqs, k, sc.setup.max_response + 2048)
     replicas = sc.setup.replicas
-    tables, acceptance = _routed_tables(profiles, replicas, k, min_steps)
+    tables, acceptance = routed_tables(profiles, replicas, k, min_steps)
     iid = length_draws(lengths_for, sc.setup, seeds, 0.0)
     flat = {(ro, ep): position_free(profiles[profile_key(ro, replicas, ep)], k).tables(k, 1) for ro, ep in tables}
     corr = length_draws(lengths_for, sc.setup, seeds, length_corr)
     correlated = f"lengths correlated within a prompt ({length_corr:.2f})"
     need = constant_acceptance_for(ratio, sc.setup, [d(0, 0) for d in iid], grid, sam, off, k, sc.prefill_ms)
     return dict(
-        position_free=_scale_rows(sc, replicas, flat, iid, sam, grid, acceptance, "position-free acceptance"),
-        correlated_lengths=_scale_rows(sc, replicas, tables, corr, sam, grid, acceptance, correlated),
-        position_free_correlated=_scale_rows(
+        position_free=scale_rows(sc, replicas, flat, iid, sam, grid, acceptance, "position-free acceptance"),
+        correlated_lengths=scale_rows(sc, replicas, tables, corr, sam, grid, acceptance, correlated),
+        position_free_correlated=scale_rows(
             sc, replicas, flat, corr, sam, grid, acceptance, f"position-free acceptance, {correlated}"
         ),
         length_corr=length_corr,
