@@ -114,7 +114,6 @@ class SamStepper:
         self.metrics = SamMetrics(self.k)
         self._sent: SentDrafts | None = None  # the last step's drafts, measured at the next step
         self._started_batch: list | None = None  # a batch whose requests all started (none finished since)
-        self._row_range: list[int] = []  # [0, ..., n - 1] for the last batch size n
         self._last_call = None  # perf_counter() at the start of the last call
         self._last_own_ms = 0.0  # how long the last call took
         self._last_draft_tokens = 0
@@ -182,7 +181,6 @@ class SamStepper:
             step_ms = 1e3 * (t0 - self._last_call)
             if self._last_own_ms < OWN_TIME_SHARE * step_ms:
                 self.switch.observe_cost(scheduled, self._last_draft_tokens / scheduled, step_ms)
-
         m = self.metrics
         m.calls += 1
         m.decode_row_steps += len(decode_rows)
@@ -288,17 +286,12 @@ class SamStepper:
         tokens, or the full k of the settings where some rows are `scored`. A row shorter than what
         the drafter saw has its request rebuilt from its prompt first."""
         k_proposed = self.k if scored else k
-        propose = None if rows == self._all_rows(len(req_ids)) else rows  # None: every row, nothing to index
+        propose = None if rows == list(range(len(req_ids))) else rows  # None: every row, nothing to index
         try:
             return self.drafter.step(req_ids, token_ids_cpu, lengths, k_proposed, propose=propose)
         except ValueError as e:  # nothing was appended: rebuild those requests, then step again
             self._resync(req_ids, num_prompt_tokens, token_ids_cpu, lengths, e)
             return self.drafter.step(req_ids, token_ids_cpu, lengths, k_proposed, propose=propose)
-
-    def _all_rows(self, n: int) -> list[int]:
-        if len(self._row_range) != n:
-            self._row_range = list(range(n))
-        return self._row_range
 
     def _send(self, req_ids, rows, row_lengths: list[int], proposal: Proposal, k: int, out, scored: list[int]) -> None:
         """The drafts of ``rows`` (proposal row j for rows[j]), cut to k tokens, into ``out``; for the
