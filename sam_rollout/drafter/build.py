@@ -354,7 +354,7 @@ def first_bad_row(cursor, slots, rows, row_lengths):
     return -1
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)  # releases the GIL: the async route drafts in a thread
 def sync_rows(table, meta, cursor, history, slots, rows, row_lengths, need, depth):
     """Append rows[i, seen:row_lengths[i]] to request slots[i], for the whole batch.
 

@@ -354,7 +354,7 @@ def _frequent_draft(table, cursor, history, r, k, policy, work, scratch, out_row
     return count, match, _source_kind(src)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)  # entry points release the GIL: the async route drafts in a thread
 def propose_batch(table, meta, cursor, history, slots, k, policy, work, scratch, out, out_len, out_match, out_source):
     """Drafts for requests slots[i] into out[i, :out_len[i]]."""
     for i in range(slots.size):
@@ -363,7 +363,7 @@ def propose_batch(table, meta, cursor, history, slots, k, policy, work, scratch,
         )
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def step_rows(
     table,
     meta,
