@@ -380,6 +380,14 @@ class StepperAdapter:
     def on_request_finished(self, req_id) -> None:
         self.stepper.finish(req_id)
 
+    def with_stepper(self, fn: Callable[[SamStepper], object]):
+        """``fn(stepper)``, where the adapter's drafting happens (SAM's RPCs reach the stepper this way:
+        an adapter that drafts in a thread of its own runs it there)."""
+        return fn(self.stepper)
+
+    def pause(self, paused: bool) -> None:
+        self.stepper.pause(paused)
+
     @property
     def metrics(self) -> SamMetrics:
         return self.stepper.metrics

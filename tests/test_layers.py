@@ -113,6 +113,22 @@ FORBIDDEN = [
         "sam_rollout.patches",
         ("vllm", "vllm_ascend", "verl", "ray", "sam_rollout.vllm", "sam_rollout.ascend", "sam_rollout.verl"),
     ),
+    # the device side of drafting knows torch (and Triton) only: no engine, no drafter, no stepper
+    (
+        "sam_rollout.device_drafts",
+        (
+            "vllm",
+            "vllm_ascend",
+            "verl",
+            "ray",
+            "sam_rollout.drafter",
+            "sam_rollout.stepper",
+            "sam_rollout.vllm",
+            "sam_rollout.ascend",
+            "sam_rollout.verl",
+            "sam_rollout.settings",
+        ),
+    ),  # fmt: skip
     ("sam_rollout.vllm", ("verl", "vllm_ascend", "sam_rollout.ascend", "sam_rollout.verl", "sam_rollout.plugin")),
     ("sam_rollout.ascend", ("verl", "sam_rollout.verl", "sam_rollout.plugin")),
     (

@@ -157,6 +157,8 @@ def test_request_state_fields_the_speculator_reads(wheel):
     )
     assert "self.total_len = StagedWriteTensor(" in state
     assert "self.prompt_len = UvaBackedTensor(self.max_num_reqs, dtype=torch.int32)" in state
+    assert "self.prefill_len = UvaBackedTensor(self.max_num_reqs, dtype=torch.int32)" in state
+    assert "self.total_len.stage_write_elem(req_idx, prefill_len)" in state  # a new row's length: its prefill
     buffers = _source(wheel, "vllm/v1/worker/gpu/buffer_utils.py")
     assert "self.np = self.cpu.numpy()" in buffers  # UvaBackedTensor.np: the host copy of prompt_len
     assert "additional_config: dict | SupportsCompileFactors" in _source(wheel, "vllm/config/vllm.py")
@@ -320,6 +322,7 @@ class V2Runner:
             all_token_ids=SimpleNamespace(gpu=torch.zeros((SLOTS, WIDTH), dtype=torch.int32)),
             total_len=SimpleNamespace(gpu=torch.zeros(SLOTS, dtype=torch.int32)),
             prompt_len=SimpleNamespace(np=np.zeros(SLOTS, dtype=np.int32)),
+            prefill_len=SimpleNamespace(np=np.zeros(SLOTS, dtype=np.int32)),
             last_sampled_tokens=torch.zeros((SLOTS, 1), dtype=torch.int64),
         )
         self.slot = {}
@@ -329,13 +332,16 @@ class V2Runner:
         s = self.slot[rid] = self.free.pop()
         rs = self.req_states
         rs.all_token_ids.gpu[s, : len(prompt)] = torch.tensor(prompt, dtype=torch.int32)
-        rs.total_len.gpu[s] = rs.prompt_len.np[s] = len(prompt)
+        rs.total_len.gpu[s] = rs.prompt_len.np[s] = rs.prefill_len.np[s] = len(prompt)
+        rs.last_sampled_tokens[s] = prompt[-1]
 
     def commit(self, rid, tokens):  # post_update: tokens after total_len, total_len grows
         s, rs = self.slot[rid], self.req_states
         n = int(rs.total_len.gpu[s])
         rs.all_token_ids.gpu[s, n : n + len(tokens)] = torch.tensor(tokens, dtype=torch.int32)
         rs.total_len.gpu[s] = n + len(tokens)
+        if tokens:
+            rs.last_sampled_tokens[s] = tokens[-1]
 
     def remove(self, rid):
         self.free.append(self.slot.pop(rid))
@@ -471,10 +477,11 @@ def test_drafts_identical_to_custom_class_on_the_same_streams(wheel, monkeypatch
                 assert n_valid == 0
             drafts[r] = by_id[r]
             compared += n_valid
-        for route in (speculator, proposer):  # requests freed on finish, on both routes
-            assert len(route.stepper.drafter) == len(live) and all(r in route.stepper.drafter for r in live)
+        for route in (speculator, proposer):  # requests freed on finish, on both routes (where each drafts)
+            held = route.with_stepper(lambda stepper: (len(stepper.drafter), all(r in stepper.drafter for r in live)))
+            assert held == (len(live), True)
     speculator.on_requests_finished(set(live))
-    assert len(speculator.stepper.drafter) == 0
+    assert speculator.with_stepper(lambda stepper: len(stepper.drafter)) == 0  # on the drafting thread, in order
     if sam_spec["switch"] is None:
         assert compared > 40  # the routes drafted, not just agreed on nothing
     assert speculator.metrics.num_drafts == proposer.metrics.num_drafts
@@ -547,7 +554,8 @@ def _serve(ranks, prompts, finish_at, steps, seed):
         sampled = torch.tensor([len(committed[r]) for r in order], dtype=torch.int32)
         for i, (speculator, runner) in enumerate(ranks):
             batch = runner.input_batch(order)
-            dense = speculator.propose(batch, None, None, None, None, sampled, None, None, None, None, None)
+            last = runner.req_states.last_sampled_tokens
+            dense = speculator.propose(batch, None, None, None, None, sampled, None, last, None, None, None)
             rows = [dense[j, : int(speculator.num_valid[j])].tolist() for j in range(len(order))]
             out[i].append(dict(zip(order, rows)))
         drafts.update(out[0][-1])

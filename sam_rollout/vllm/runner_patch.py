@@ -56,23 +56,27 @@ def install_worker_rpcs() -> None:
 
 def worker_sam_metrics(worker) -> dict | None:
     """The SAM stepper's snapshot on one worker, or None."""
-    stepper = _stepper(worker)
-    return None if stepper is None else stepper.snapshot()
+    return _on_stepper(worker, lambda stepper: stepper.snapshot())
 
 
 def worker_sam_pause(worker, paused: bool) -> bool:
     """Pause (True) or resume the SAM stepper on one worker; False where no SAM proposer runs."""
-    stepper = _stepper(worker)
-    if stepper is not None:
-        stepper.pause(paused)
-    return stepper is not None
+    adapter = _adapter(worker)
+    if adapter is not None:
+        adapter.pause(paused)
+    return adapter is not None
 
 
 def worker_sam_save_prompt_store(worker, path: str) -> dict | None:
     """Write the prompt store to `path` on the engine's first worker: what was written, or the error
     (never raised: a failed save must not stop the engine). None on other workers or without a store."""
-    store = _prompt_store(worker)
-    if store is None or not _first_worker(worker):
+    if not _first_worker(worker):
+        return None
+    return _on_stepper(worker, lambda stepper: _save_store(stepper.drafter.prompt_store, path))
+
+
+def _save_store(store, path: str) -> dict | None:
+    if store is None:
         return None
     try:
         file_bytes = store.save(path)
@@ -85,45 +89,55 @@ def worker_sam_save_prompt_store(worker, path: str) -> dict | None:
 def worker_sam_load_prompt_store(worker, path: str) -> dict | None:
     """Replace the prompt store by the one saved at `path`: what it holds now, and `warning` (why it
     starts empty, or None). None without a prompt store."""
-    stepper = _stepper(worker)
-    if stepper is None or stepper.drafter.prompt_store is None:
-        return None
-    warning = stepper.drafter.load_prompt_store(path)
-    return {"path": path, "warning": warning, **_holdings(stepper.drafter.prompt_store)}
+
+    def load(stepper):
+        if stepper.drafter.prompt_store is None:
+            return None
+        warning = stepper.drafter.load_prompt_store(path)
+        return {"path": path, "warning": warning, **_holdings(stepper.drafter.prompt_store)}
+
+    return _on_stepper(worker, load)
 
 
 def worker_sam_clear_prompt_store(worker) -> bool | None:
     """Replace the prompt store by an empty one (the engine's budget and cap); None without a store."""
-    stepper = _stepper(worker)
-    if stepper is None or stepper.drafter.prompt_store is None:
-        return None
-    from sam_rollout.drafter.prompt_store import PromptStore
 
-    config = stepper.drafter.config
-    stepper.drafter.prompt_store = PromptStore(config.prompt_store_bytes, config.prompt_store_tokens)
-    return True
+    def clear(stepper):
+        if stepper.drafter.prompt_store is None:
+            return None
+        from sam_rollout.drafter.prompt_store import PromptStore
+
+        config = stepper.drafter.config
+        stepper.drafter.prompt_store = PromptStore(config.prompt_store_bytes, config.prompt_store_tokens)
+        return True
+
+    return _on_stepper(worker, clear)
 
 
 def worker_sam_export_prompt_responses(worker, keys_hex: list[str]) -> dict | None:
     """These prompts' stored responses (``encode_entries``' form) on the engine's first worker; None on
     other workers or without a store."""
-    store = _prompt_store(worker)
-    if store is None or not _first_worker(worker):
+    if not _first_worker(worker):
         return None
     from sam_rollout.drafter.prompt_store import encode_entries
 
-    return encode_entries(store.export([bytes.fromhex(k) for k in keys_hex]))
+    def export(stepper):
+        store = stepper.drafter.prompt_store
+        return None if store is None else encode_entries(store.export([bytes.fromhex(k) for k in keys_hex]))
+
+    return _on_stepper(worker, export)
 
 
 def worker_sam_import_prompt_responses(worker, wire: dict) -> int | None:
     """Add another engine's exported responses to this worker's store: the responses new to it; None
     without a store."""
-    store = _prompt_store(worker)
-    if store is None:
-        return None
     from sam_rollout.drafter.prompt_store import decode_entries
 
-    return store.import_entries(decode_entries(wire))
+    def import_entries(stepper):
+        store = stepper.drafter.prompt_store
+        return None if store is None else store.import_entries(decode_entries(wire))
+
+    return _on_stepper(worker, import_entries)
 
 
 WORKER_RPCS = {
@@ -137,15 +151,17 @@ WORKER_RPCS = {
 }
 
 
-def _stepper(worker):
+def _adapter(worker):
+    """The worker's SAM adapter (a ``StepperAdapter``), or None where no SAM proposer runs."""
     runner = getattr(worker, "model_runner", None)
     drafter = getattr(runner, "drafter", None) or getattr(runner, "speculator", None)  # V1 runner; Model Runner V2
-    return getattr(drafter, "stepper", None)
+    return drafter if getattr(drafter, "stepper", None) is not None else None
 
 
-def _prompt_store(worker):
-    stepper = _stepper(worker)
-    return None if stepper is None else stepper.drafter.prompt_store
+def _on_stepper(worker, fn):
+    """``fn(stepper)`` where the worker's SAM adapter drafts; None where no SAM proposer runs."""
+    adapter = _adapter(worker)
+    return None if adapter is None else adapter.with_stepper(fn)
 
 
 def _first_worker(worker) -> bool:

@@ -1,4 +1,7 @@
-"""SAM as a vLLM 0.34 speculator (``speculative_config={"method": "sam", "num_speculative_tokens": k}``).
+"""SAM as a Model Runner V2 speculator: vLLM >= 0.34's registered method ``sam``
+(``speculative_config={"method": "sam", "num_speculative_tokens": k}``), and on vLLM 0.26 the same class
+through ``custom_class`` with the patches that give it Model Runner V2 and async scheduling
+(``sam_rollout.vllm.v026``).
 
 vLLM 0.34 has no V1 model runner and no ``custom_class`` method; a plugin registers a method instead
 (``sam_rollout.plugin`` registers ``sam`` with ``sam_rollout.vllm.speculator_config.SamSpeculatorConfig``).
@@ -6,20 +9,21 @@ Model Runner V2 then builds ``RegisteredSamSpeculator(vllm_config, device, req_s
 ``propose`` after each step's sampled tokens are written to the request state. The settings are the
 same as on the custom_class route (``additional_config.sam_spec``, ``sam_rollout.settings.SamSettings``).
 
-Model Runner V2 keeps each request's tokens in a device tensor indexed by request-state slot
-(``req_states.all_token_ids``, lengths in ``req_states.total_len``) and takes a dense
-``[num_reqs, num_speculative_tokens]`` draft tensor back, in which every slot is verified. SAM drafts
-on the host, so each step waits for the step's sampling and copies the new tokens to the host (two
-small device-to-host copies; what that costs against async scheduling: docs/vllm-hooks.md,
-"Host synchronisation on the 0.34 route"). Slots past a row's SAM draft are filled with the row's last
-token, as vLLM's own ngram and suffix speculators fill them: a filler only costs verification.
-So this route cannot carry a draft length per request: the match-scaled length (``length_policy:
-match``) drafts fewer tokens where matches are short, but every request still verifies the step's
-full width, which only ``num_speculative_tokens_per_batch_size`` (``batch_size_table``) sets, per
-batch size. The custom_class route verifies each request's own draft length.
+Model Runner V2 keeps each request's tokens indexed by request-state slot (``req_states.all_token_ids``,
+lengths in ``req_states.total_len``), schedules asynchronously, and takes a dense ``[num_reqs,
+num_speculative_tokens]`` draft tensor back, in which every slot is verified. SAM drafts on the host
+without making the host wait (``sam_rollout.device_drafts``): ``propose`` launches the step's report
+and the device op that waits for the drafts, and a drafting thread drafts while the device runs; the
+device waits only for the drafter's own time, and not at all in steps of width 0. Slots past a row's
+SAM draft are filled with the row's last token, as vLLM's own ngram and suffix speculators fill them:
+a filler only costs verification. So this route cannot carry a draft length per request: the
+match-scaled length (``length_policy: match``) drafts fewer tokens where matches are short, but every
+request still verifies the step's full width, which only ``num_speculative_tokens_per_batch_size``
+(``batch_size_table``) sets, per batch size. The custom_class route verifies each request's own draft
+length.
 
 ``SamSpeculator`` holds the whole behaviour and imports no vLLM, so it runs on CPU tensors in the tests;
-``RegisteredSamSpeculator`` (built on first access, vLLM 0.34 only) adds vLLM's ``BaseSpeculator`` base.
+``RegisteredSamSpeculator`` (built on first access) adds vLLM's ``BaseSpeculator`` base.
 """
 
 from __future__ import annotations
@@ -30,7 +34,9 @@ from collections.abc import Iterable
 import numpy as np
 import torch
 
-from sam_rollout.engine_kwargs import SETTINGS_KEY, sam_engine_kwargs
+from sam_rollout.device_drafts.pipeline import DraftPipeline
+from sam_rollout.device_drafts.streams import stream_for
+from sam_rollout.engine_kwargs import SAM_PROPOSER, SAM_SPECULATOR, SETTINGS_KEY, sam_engine_kwargs
 from sam_rollout.settings import AUTO, WHERE, SamSettings
 from sam_rollout.stepper import SamStepper, StepperAdapter
 from sam_rollout.vllm.routes import SAM_METHOD
@@ -86,46 +92,16 @@ def sam_method_engine_kwargs(k: int, max_num_seqs: int, **sam_spec) -> dict:
     return kwargs
 
 
-class HostRows:
-    """Each batch row's committed tokens on the host, row i = batch row i (the layout the stepper
-    takes). Each call copies from the device only what the host lacks: a row whose request sat in the
-    same row last call gets its new tokens; a row whose request moved or is new gets all of them."""
-
-    def __init__(self, max_num_reqs: int, max_model_len: int):
-        self.tokens = np.zeros((max_num_reqs, max_model_len), dtype=np.int32)
-        self._req = [None] * max_num_reqs  # the request each row held after the last call
-        self._len = np.zeros(max_num_reqs, dtype=np.int64)
-
-    def update(self, req_ids, slots: np.ndarray, lengths: np.ndarray, all_token_ids: torch.Tensor) -> None:
-        """Bring rows [0, n) up to ``all_token_ids[slots[i], :lengths[i]]`` (one device-to-host copy)."""
-        n = len(req_ids)
-        starts = np.array(
-            [
-                self._len[i] if self._req[i] == rid and self._len[i] <= lengths[i] else 0
-                for i, rid in enumerate(req_ids)
-            ],
-            dtype=np.int64,
-        )
-        counts = lengths[:n] - starts
-        total = int(counts.sum())
-        if total:
-            rows = np.repeat(np.arange(n), counts)
-            cols = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts) + np.repeat(starts, counts)
-            flat = torch.from_numpy(slots[rows].astype(np.int64) * all_token_ids.shape[1] + cols)
-            fetched = all_token_ids.reshape(-1)[flat.to(all_token_ids.device)].cpu().numpy()
-            self.tokens[rows, cols] = fetched
-        self._req[:n] = list(req_ids)
-        self._len[:n] = lengths[:n]
-
-    def forget(self) -> None:
-        self._req = [None] * len(self._req)
-
-
 class SamSpeculator(StepperAdapter):
-    """vLLM 0.34's ``BaseSpeculator`` interface over ``sam_rollout.stepper.SamStepper``.
+    """vLLM's Model Runner V2 ``BaseSpeculator`` interface over ``sam_rollout.stepper.SamStepper``, drafting
+    on the host beside the device (``sam_rollout.device_drafts``).
 
-    ``propose`` returns ``[num_reqs, num_speculative_tokens]`` int64 drafts on the runner's device;
-    ``num_valid[:num_reqs]`` (host) says how many leading tokens of each row are SAM's draft.
+    ``propose`` launches step t's device ops and returns at once: a ``[num_reqs, num_speculative_tokens]``
+    int64 tensor on the runner's device that the device fills with step t's drafts once SAM's drafting
+    thread has posted them (each row's slots past SAM's draft hold the row's last token). A step whose
+    width is 0 (SAM's schedule at this batch size) returns fillers nobody verifies and waits for
+    nothing. ``num_valid[:num_reqs]`` (host) says how many leading tokens of each row were SAM's, for the
+    last step drafted.
     """
 
     num_query_per_req = 1
@@ -133,7 +109,15 @@ class SamSpeculator(StepperAdapter):
     draft_logits = None  # no draft probabilities: drafts are verified as point masses
     enable_adaptive_verification = False  # read by the runner: SAM gives no per-slot confidences
 
-    def __init__(self, vllm_config, device: torch.device, req_states, compile: bool = True):
+    def __init__(
+        self, vllm_config, device: torch.device | None = None, req_states=None, compile: bool = True, stream=None
+    ):
+        if device is None:  # built as a V1 proposer: custom_class(vllm_config)
+            raise RuntimeError(
+                f"{SAM_SPECULATOR} runs on Model Runner V2, and this engine built it as a V1 custom_class "
+                "proposer: on vLLM 0.26 the sam_rollout plugin's patches (sam_rollout.vllm.v026) did not apply in "
+                f"this process (install sam_rollout so that vLLM loads its plugin); elsewhere use {SAM_PROPOSER}"
+            )
         self.set_up_stepper(
             vllm_config, logger, "SAM speculator", check_settings=check_settings_for_fixed_width, compile=compile
         )
@@ -141,9 +125,14 @@ class SamSpeculator(StepperAdapter):
         self.req_states = req_states
         self.k = self.settings.draft.k
         self.max_num_reqs = int(vllm_config.scheduler_config.max_num_seqs)
-        self.rows = HostRows(self.max_num_reqs, self.max_model_len)
         self.num_valid = np.zeros(self.max_num_reqs, dtype=np.int32)
+        self._widths = widths_by_batch_size(batch_size_table(self.settings, self.max_num_reqs))
+        self._paused = False
         self._warn_if_width_ignores_schedule(vllm_config)
+        self.stream = stream or stream_for(self.device)  # a harness passes its own (testkit.simulated_device)
+        self.pipeline = DraftPipeline(self.stream, self._draft, self.max_num_reqs, self.max_model_len, self.k)
+        self._out = torch.zeros((self.max_num_reqs, self.k), dtype=torch.int64, device=self.device)
+        self._fill = torch.zeros(self.max_num_reqs, dtype=torch.int64, device=self.device)
 
     def _warn_if_width_ignores_schedule(self, vllm_config) -> None:
         given = getattr(vllm_config.speculative_config, "num_speculative_tokens_per_batch_size", None)
@@ -167,8 +156,7 @@ class SamSpeculator(StepperAdapter):
         pass
 
     def update_max_model_len(self, max_model_len: int) -> None:
-        self.max_model_len = int(max_model_len)
-        self.stepper.max_model_len = int(max_model_len)
+        self.pipeline.call(lambda: self._set_max_model_len(int(max_model_len)))
 
     def prepare_watermarking(self, sampler, idx_mapping) -> None:
         pass
@@ -177,13 +165,21 @@ class SamSpeculator(StepperAdapter):
         pass  # requests are known by id; a new one starts from its prompt at its first propose
 
     def on_requests_finished(self, finished_req_ids: Iterable[str]) -> None:
-        for req_id in sorted(finished_req_ids):
-            self.on_request_finished(req_id)
+        finished = sorted(finished_req_ids)
+        self.pipeline.forget(finished)
+        self.pipeline.in_order(lambda: [self.stepper.finish(r) for r in finished])
 
     def reset_state(self) -> None:
         """After vLLM's warm-up requests: forget them (their responses, groups and what the switch learned)."""
-        self.stepper = SamStepper(self.settings, self.max_model_len, log=logger)
-        self.rows.forget()
+        self.pipeline.forget_all()
+        self.pipeline.in_order(self._new_stepper)
+
+    def with_stepper(self, fn):
+        return self.pipeline.call(lambda: fn(self.stepper))
+
+    def pause(self, paused: bool) -> None:
+        self._paused = bool(paused)
+        self.pipeline.in_order(lambda: self.stepper.pause(paused))
 
     def propose(
         self,
@@ -208,33 +204,60 @@ class SamSpeculator(StepperAdapter):
         n = int(input_batch.num_reqs)
         if dummy_run or n == 0:
             return torch.zeros((n, self.k), dtype=torch.int64, device=self.device)
-        req_ids = list(input_batch.req_ids[:n])
-        slots = np.asarray(input_batch.idx_mapping_np[:n], dtype=np.int64)
+        # the scheduler's K this step: vLLM >= 0.34 passes it; on 0.26 it is SAM's table at this batch size,
+        # which vLLM's num_speculative_tokens_per_batch_size repeats (batch_size_table)
+        width = 0 if self._paused else int(self._widths[min(n, self._widths.size - 1)])
+        if num_speculative_tokens is not None:
+            width = min(width, int(num_speculative_tokens))
         rs = self.req_states
-        # the host waits here for this step's sampling: lengths and sampled counts, then the new tokens
-        counts = torch.stack(
-            (rs.total_len.gpu[input_batch.idx_mapping[:n]].to(torch.int64), num_sampled[:n].to(torch.int64))
-        )
-        lengths, sampled = counts.cpu().numpy()
-        self.rows.update(req_ids, slots, lengths, rs.all_token_ids.gpu)
-        tokens = self.rows.tokens
-        sampled_token_ids = [tokens[i, lengths[i] - sampled[i] : lengths[i]].tolist() for i in range(n)]
-        drafts = self.stepper.step(
-            req_ids,
+        slots = np.asarray(input_batch.idx_mapping_np[:n], dtype=np.int64)
+        out, fill = self._out[:n], self._fill[:n]
+        self.stream.launch(_gather_last_tokens, last_sampled, input_batch.idx_mapping[:n], fill)
+        self.pipeline.step(
+            input_batch.req_ids[:n],
+            slots,
             rs.prompt_len.np[slots],
-            sampled_token_ids,
-            lengths,
-            tokens,
-            k=num_speculative_tokens,  # the scheduler's K this step (num_speculative_tokens_per_batch_size)
+            rs.prefill_len.np[slots],
+            width,
+            rs.all_token_ids.gpu,
+            rs.total_len.gpu,
+            num_sampled,
+            fill,
+            out,
         )
-        return self._draft_tensor(drafts, tokens[np.arange(n), lengths - 1])
+        if width == 0:  # nobody verifies them; the filler keeps them valid token ids all the same
+            self.stream.launch(_fill_rows, out, fill)
+        return out
 
-    def _draft_tensor(self, drafts: list[list[int]], last_tokens: np.ndarray) -> torch.Tensor:
-        out = np.repeat(last_tokens.astype(np.int64)[:, None], self.k, axis=1)  # the filler
-        for i, draft in enumerate(drafts):
-            out[i, : len(draft)] = draft
-            self.num_valid[i] = len(draft)
-        return torch.from_numpy(out).to(self.device)
+    # -- the drafting thread ---------------------------------------------------------------------
+    def _draft(self, req_ids, prompt_lengths, sampled_token_ids, lengths, tokens, k) -> list[list[int]]:
+        drafts = self.stepper.step(req_ids, prompt_lengths, sampled_token_ids, lengths, tokens, k=k)
+        self.num_valid[: len(drafts)] = [len(d) for d in drafts]
+        return drafts
+
+    def _new_stepper(self) -> None:
+        self.stepper = SamStepper(self.settings, self.max_model_len, log=logger)
+
+    def _set_max_model_len(self, max_model_len: int) -> None:
+        self.max_model_len = max_model_len
+        self.stepper.max_model_len = max_model_len
+
+
+def _gather_last_tokens(last_sampled: torch.Tensor, idx_mapping: torch.Tensor, out: torch.Tensor) -> None:
+    torch.index_select(last_sampled[:, 0], 0, idx_mapping, out=out)
+
+
+def _fill_rows(out: torch.Tensor, fill: torch.Tensor) -> None:
+    out.copy_(fill[:, None].expand_as(out))
+
+
+def widths_by_batch_size(table: list[list[int]]) -> np.ndarray:
+    """vLLM's ``num_speculative_tokens_per_batch_size`` (inclusive ``[start, end, k]`` ranges) as the width
+    at each batch size 0..end."""
+    widths = np.zeros(max(int(end) for _, end, _ in table) + 1, dtype=np.int64)
+    for start, end, k in table:
+        widths[int(start) : int(end) + 1] = int(k)
+    return widths
 
 
 def __getattr__(name: str):
