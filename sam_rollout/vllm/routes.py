@@ -1,7 +1,11 @@
-"""Which of SAM's two vLLM routes the installed vLLM has, and a refusal at engine start where SAM cannot run.
+"""Which of SAM's vLLM routes the installed vLLM has, and a refusal at engine start where SAM cannot run.
 
-- ``custom_class`` (vLLM 0.23 to 0.32, V1 model runner): ``sam_rollout.proposer.SamProposer``.
+- ``custom_class`` (vLLM 0.23 to 0.32, V1 model runner): ``sam_rollout.proposer.SamProposer``, drafting on
+  the host after each step (vLLM turns async scheduling off for it).
 - method ``sam`` (vLLM >= 0.34, Model Runner V2): ``sam_rollout.vllm.speculator``, registered by the plugin.
+- ``speculator`` (vLLM 0.26): the same speculator through ``custom_class``, its model
+  ``sam_rollout.vllm.speculator.RegisteredSamSpeculator``; the plugin's patches (``sam_rollout.vllm.v026``)
+  give it Model Runner V2 and async scheduling.
 
 Both read ``additional_config.sam_spec``. A config that asks for a route this vLLM lacks fails when the
 engine config is built (``EngineArgs.create_engine_config``), naming the version and what to use; on
@@ -19,24 +23,29 @@ import importlib.util
 from sam_rollout.engine_kwargs import (  # the routes as the engine arguments ask for them (imports nothing)
     CUSTOM_CLASS,
     SAM_METHOD,
+    SAM_SPECULATOR,
+    SPECULATOR,
+    SPECULATOR_VERSIONS,
     USE_CUSTOM_CLASS,
     refusal,
     requested_route,
 )
-from sam_rollout.patches import CPU, GPU, NPU, replace
+from sam_rollout.patches import CPU, GPU, NPU, in_range, installed_version, replace
 
 REGISTRY_MODULE = "vllm.v1.worker.gpu.spec_decode.speculator_config"  # register_speculative_method (>= 0.34)
 CUSTOM_CLASS_MODULE = "vllm.v1.spec_decode.custom_class_proposer"  # create_custom_proposer (0.23 to 0.32)
 
 
 def available_routes() -> frozenset[str]:
-    """The SAM routes this vLLM offers: ``sam`` and/or ``custom_class``."""
+    """The SAM routes this vLLM offers: ``sam``, ``custom_class``, ``speculator``."""
     routes = set()
     registry = importlib.util.find_spec(REGISTRY_MODULE)
     if registry is not None and hasattr(importlib.import_module(REGISTRY_MODULE), "register_speculative_method"):
         routes.add(SAM_METHOD)
     if importlib.util.find_spec(CUSTOM_CLASS_MODULE) is not None:
         routes.add(CUSTOM_CLASS)
+        if in_range(installed_version("vllm"), SPECULATOR_VERSIONS):
+            routes.add(SPECULATOR)
     return frozenset(routes)
 
 
@@ -88,12 +97,23 @@ def refuse_bypassing_runner() -> None:
         )
 
 
+def uses_sam_speculator(speculative_config) -> bool:
+    """Whether a vLLM ``SpeculativeConfig`` runs SAM's Model Runner V2 speculator: method ``sam`` (vLLM >=
+    0.34, moved to ``custom_method``) or the ``speculator`` route's custom_class (vLLM 0.26)."""
+    if getattr(speculative_config, "custom_method", None) == SAM_METHOD:
+        return True
+    return (
+        getattr(speculative_config, "method", None) == CUSTOM_CLASS
+        and getattr(speculative_config, "model", None) == SAM_SPECULATOR
+    )
+
+
 def check_runner_built_speculator(worker) -> None:
-    """After a worker built its model runner: with method ``sam``, the runner must hold SAM's speculator
-    (None on pipeline ranks that do not draft). A platform runner that builds none would serve without
-    SAM while the scheduler still schedules draft slots."""
+    """After a worker built its model runner: with SAM's speculator (method ``sam``, or the ``speculator``
+    route), the runner must hold it (None on pipeline ranks that do not draft). A platform runner that
+    builds none would serve without SAM while the scheduler still schedules draft slots."""
     spec = getattr(getattr(worker, "vllm_config", None), "speculative_config", None)
-    if getattr(spec, "custom_method", None) != SAM_METHOD:
+    if not uses_sam_speculator(spec):
         return
     runner = getattr(worker, "model_runner", None)
     if runner is None:
@@ -111,7 +131,7 @@ def check_runner_built_speculator(worker) -> None:
 
 
 def check_runner_at_worker_start() -> bool:
-    """Run ``check_runner_built_speculator`` right after each worker's ``init_device`` (vLLM >= 0.34);
+    """Run ``check_runner_built_speculator`` right after each worker's ``init_device`` (vLLM >= 0.26);
     False if it already runs."""
     from vllm.v1.worker.worker_base import WorkerWrapperBase
 
