@@ -122,13 +122,23 @@ class HostToDevice:
 
 @dataclass
 class Workload:
-    """Requests and their texts: ``prompts[r]`` then ``responses[r]``; request r arrives at step
-    ``arrive[r]`` and finishes once its response is committed or at step ``finish[r]``."""
+    """Requests and their texts: ``prompts[r]`` then ``responses[r]``. Request r may start at step
+    ``arrive[r]`` once every request of an earlier ``wave`` has finished (and a batch row is free, in
+    request order); it finishes at step ``finish[r]``, or, where that is None, once the host knows its
+    response is committed (from the steps whose output it has: two steps late, as an async engine).
+    Requests start in (wave, arrival, index) order."""
 
     prompts: list[np.ndarray]
     responses: list[np.ndarray]
     arrive: list[int]
-    finish: list[int]
+    finish: list[int | None]
+    wave: list[int] | None = None
+
+    @classmethod
+    def texts(cls, prompts, responses, waves=None) -> Workload:
+        """Real texts, each request running to its response's end, in waves (default: all at once)."""
+        n = len(prompts)
+        return cls(list(prompts), list(responses), [0] * n, [None] * n, list(waves) if waves is not None else None)
 
     @classmethod
     def periodic(cls, requests: int, steps: int, seed: int = 0, noise: float = 0.15) -> Workload:
@@ -179,7 +189,9 @@ class AsyncHarness:
         self.w, self.k, self.stream, self.max_rows = workload, k, stream, max_rows
         self.step_time_s = step_time_s
         device = stream.device
-        length = max(len(p) + len(r) for p, r in zip(workload.prompts, workload.responses)) + k + 2
+        # room past the longest text: a request runs on for up to 3 steps after its end (the host learns of
+        # it two steps late), each committing up to k + 1 tokens of padding
+        length = max(len(p) + len(r) for p, r in zip(workload.prompts, workload.responses)) + 4 * (k + 1)
         self.max_model_len = length
         self.texts = torch.zeros((len(workload.prompts), length), dtype=torch.int32, device=device)
         for r, (p, resp) in enumerate(zip(workload.prompts, workload.responses)):
@@ -211,30 +223,43 @@ class AsyncHarness:
         self.steps: list[StepRecord] = []
 
     # -- the engine ---------------------------------------------------------------------------------
-    def run(self, steps: int) -> float:
-        """Run ``steps`` steps; returns the wall seconds from the first launch until the device is done."""
+    def run(self, steps: int | None = None) -> float:
+        """Run ``steps`` steps (None: until every request has finished); returns the wall seconds from the
+        first launch until the device is done."""
         w, rs, stream = self.w, self.rs, self.stream
+        waves = w.wave or [0] * len(w.prompts)
         free, slot_of, live = list(range(self.max_rows))[::-1], {}, []
+        pending = sorted(range(len(w.prompts)), key=lambda r: (waves[r], w.arrive[r], r))  # not started
+        committed = dict.fromkeys(range(len(w.prompts)), 0)  # response tokens the host knows are committed
         width_prev = {}  # request -> width of the drafts it holds
-        outputs: list = []
-        t0 = time.perf_counter()
-        for t in range(steps):
+        outputs: list = []  # per step with rows: (its output event, its rows)
+        seen = 0  # steps whose output the host has read
+        t0, t = time.perf_counter(), 0
+        while (steps is None and (pending or live)) or (steps is not None and t < steps):
             if len(outputs) >= 2:  # async scheduling: two steps in flight
-                outputs[-2].synchronize()
-            finished = [r for r in live if t >= w.finish[r]]
+                outputs[-2][0].synchronize()
+                for counts, (_, rows) in zip(self.sampled[seen : len(outputs) - 1], outputs[seen:-1]):
+                    for r, c in zip(rows, counts.tolist()):
+                        committed[r] += c
+                seen = len(outputs) - 1
+            finished = [r for r in live if _finishes(w.finish[r], t, committed[r], len(w.responses[r]))]
             if finished and self.speculator is not None:
                 self.speculator.on_requests_finished([str(r) for r in finished])
             for r in finished:
                 live.remove(r)
                 free.append(slot_of.pop(r))
-            for r in range(len(w.prompts)):
-                if w.arrive[r] == t and r not in slot_of and len(free) > 0 and t < w.finish[r]:
-                    s = slot_of[r] = free.pop()
-                    n = len(w.prompts[r])
-                    rs.prompt_len.np[s] = rs.prefill_len.np[s] = n
-                    stream.launch(_add_request, rs, self.text_of_slot, self.texts, s, r, n)
-                    live.append(r)
-                    width_prev[r] = 0
+            open_wave = min((waves[r] for r in pending + live), default=0)
+            while pending and free and t >= w.arrive[pending[0]] and waves[pending[0]] <= open_wave:
+                r = pending.pop(0)
+                if w.finish[r] is not None and t >= w.finish[r]:
+                    continue
+                s = slot_of[r] = free.pop()
+                n = len(w.prompts[r])
+                rs.prompt_len.np[s] = rs.prefill_len.np[s] = n
+                stream.launch(_add_request, rs, self.text_of_slot, self.texts, s, r, n)
+                live.append(r)
+                width_prev[r] = 0
+            t += 1
             if not live:
                 self.steps.append(StepRecord([], np.zeros(0, dtype=np.int64), 0, finished))
                 continue
@@ -247,7 +272,7 @@ class AsyncHarness:
             busy(stream, self.step_time_s)
             stream.launch(_verify_and_commit, rs, self.texts, self.text_of_slot, idx, verify, num_sampled)
             stream.launch(self.sampled.append, num_sampled)
-            outputs.append(stream.record())
+            outputs.append((stream.record(), order))
             width = int(self.widths[min(n, self.widths.size - 1)])
             if self.speculator is not None:
                 batch = SimpleNamespace(
@@ -293,7 +318,7 @@ class AsyncHarness:
         sampled = iter(s.cpu().numpy() for s in self.sampled)
         out = []
         for record in self.steps:
-            for r in record.finished_before:
+            for r in sorted(record.finished_before):  # as SamSpeculator.on_requests_finished orders them
                 stepper.finish(r)
                 length.pop(r, None)
             if not record.req_ids:
@@ -316,6 +341,10 @@ class AsyncHarness:
                 dense[i, : len(d)] = d
             out.append(dense)
         return out
+
+
+def _finishes(at_step: int | None, t: int, committed: int, response_tokens: int) -> bool:
+    return t >= at_step if at_step is not None else committed >= response_tokens
 
 
 def _add_request(rs, text_of_slot, texts, slot: int, text: int, prompt_len: int) -> None:

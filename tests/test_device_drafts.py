@@ -57,9 +57,11 @@ def test_device_receives_what_synchronous_drafting_sends_at_every_step(sam_spec)
     for step, (want, got) in enumerate(zip(reference, received)):
         assert np.array_equal(want, got), (step, want, got)
     assert max(lags) >= 2  # the host launched steps while the device still verified earlier ones
-    assert metrics["num_drafts"] > 50 and metrics["mean_acceptance_length"] > 1.5  # it drafted, and well
+    assert metrics["num_drafts"] > 20 and metrics["mean_acceptance_length"] > 1.5  # it drafted, and well
     if sam_spec["switch"] == 4:
         assert 0 < metrics["frac_steps_on"] < 1  # steps of width 0 (no wait) and of width 3 both ran
+    else:
+        assert metrics["num_drafts"] > 100
 
 
 def test_triton_kernel_under_the_interpreter_matches_the_reference():

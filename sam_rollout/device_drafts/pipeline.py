@@ -56,8 +56,9 @@ class StepPlan:
     prompt_lengths: np.ndarray
     from_start: np.ndarray  # bool per row: the window is the row's whole history
     counts: np.ndarray  # window tokens planned per row
+    window: np.ndarray  # the slot's window tokens (pinned host memory the report writes into)
     width: int  # tokens to draft per row (0: nobody waits for this step's drafts)
-    event: Event  # reached once the step's report is written
+    event: Event | None = None  # reached once the step's report is written
 
 
 class HostRows:
@@ -159,7 +160,8 @@ class DraftPipeline:
         self.stream.launch(
             report_step, self.ring, slot, n, window_tokens, buffers, self.window, all_token_ids, total_len, num_sampled
         )
-        plan = StepPlan(step, slot, req_ids, np.asarray(prompt_lengths), from_start, counts, int(width), None)
+        window = buffers["tokens"].np
+        plan = StepPlan(step, slot, req_ids, np.asarray(prompt_lengths), from_start, counts, window, int(width))
         plan.event = self.stream.record()
         self._queue.put(("step", plan))
         if width > 0:
@@ -233,8 +235,7 @@ class DraftPipeline:
             plan.event.synchronize()
             lengths = ring.total_len.np[slot, :n].astype(np.int64)
             sampled = ring.num_sampled.np[slot, :n].astype(np.int64)
-            window = ring.window(slot, int(plan.counts.sum()))["tokens"].np
-            self.rows.update(plan, lengths, self.window, window)
+            self.rows.update(plan, lengths, self.window, plan.window)
             tokens = self.rows.tokens
             sampled_token_ids = [tokens[i, lengths[i] - sampled[i] : lengths[i]].tolist() for i in range(n)]
             drafts = self._draft(plan.req_ids, plan.prompt_lengths, sampled_token_ids, lengths, tokens, plan.width)

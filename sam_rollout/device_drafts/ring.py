@@ -87,15 +87,6 @@ class StepRing:
             buffers = self._window[slot] = self._window_buffers(max(tokens, 2 * buffers["row"].np.size))
         return buffers
 
-    @staticmethod
-    def slot_of(step: int, slots: int) -> int:
-        return step % slots
-
-    def nbytes(self) -> int:
-        fixed = (self.request_slot, self.from_start, self.total_len, self.num_sampled, self.drafts, self.valid)
-        windows = sum(b.host.nbytes for w in self._window for b in w.values())
-        return sum(b.host.nbytes for b in fixed) + windows
-
 
 def window_plan(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """For windows of ``counts[i]`` tokens, row by row: each token's row and its offset in its window."""

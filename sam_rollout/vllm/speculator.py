@@ -57,9 +57,10 @@ def check_settings_for_fixed_width(settings: SamSettings) -> None:
     switch, which learns what verifying its own drafts costs, has nothing true to learn."""
     if settings.switch == AUTO:
         raise ValueError(
-            f'{WHERE}.switch="{AUTO}" is not supported with speculative method "sam" (vLLM >= 0.34): Model '
-            "Runner V2 verifies num_speculative_tokens slots per request whatever SAM drafts. Use a threshold or "
-            "a static schedule, and give vLLM the same table as "
+            f'{WHERE}.switch="{AUTO}" is not supported with speculative method "sam" (vLLM >= 0.34) or with '
+            f"{SAM_SPECULATOR} (vLLM 0.26): on Model Runner V2 the scheduler's table, fixed at engine start, sets "
+            "how many draft slots each request verifies whatever SAM drafts, so the online switch could not act on "
+            "what it learns. Use a threshold or a static schedule, and give vLLM the same table as "
             "speculative_config.num_speculative_tokens_per_batch_size (sam_rollout.vllm.speculator.batch_size_table)."
         )
 
