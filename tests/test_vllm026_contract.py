@@ -143,6 +143,9 @@ def test_request_state_and_the_schedulers_width(wheel):
         "self.last_sampled_tokens = torch.zeros(",
     ):
         assert line in state, line
+    batch = _source(wheel, "vllm/v1/worker/gpu/input_batch.py")
+    for field in ("req_ids: list[str]", "num_reqs: int", "idx_mapping: torch.Tensor", "idx_mapping_np: np.ndarray"):
+        assert f"    {field}\n" in batch, field
     # the step's K: the scheduler's table at the step's number of requests, given to each request as placeholders
     scheduler = _source(wheel, "vllm/v1/core/sched/scheduler.py")
     lookup = "num_spec_tokens_to_schedule = self.dynamic_sd_lookup[\n                len(num_scheduled_tokens)"

@@ -61,6 +61,15 @@ class StepPlan:
     event: Event | None = None  # reached once the step's report is written
 
 
+def compile_wait(device: torch.device, width: int) -> None:
+    """Compile the wait's kernel (Triton, a few hundred ms) before the engine serves, on a ring already posted."""
+    ring = StepRing(2, 1, width, device)
+    ring.posted.np[0] = ring.valid.np[0] = 0
+    out = torch.zeros((1, max(width, 1)), dtype=torch.int64, device=device)
+    await_drafts(ring, 0, 0, 1, out, torch.zeros(1, dtype=torch.int64, device=device), TIMEOUT_S)
+    torch.cuda.synchronize(device)
+
+
 class HostRows:
     """The drafting thread's view of each batch row's tokens, row i = batch row i (the layout drafters
     take). A row is brought up to date from its window: the row's newest tokens, or all of them for a
@@ -115,9 +124,11 @@ class DraftPipeline:
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
         self._thread.start()
-        if stream.device.type == "cuda" and sys.getswitchinterval() > SWITCH_INTERVAL_S:
-            logger.info("%s: the interpreter's switch interval set to %.1f ms", name, 1e3 * SWITCH_INTERVAL_S)
-            sys.setswitchinterval(SWITCH_INTERVAL_S)
+        if stream.device.type == "cuda":
+            compile_wait(stream.device, self.width)
+            if sys.getswitchinterval() > SWITCH_INTERVAL_S:
+                logger.info("%s: the interpreter's switch interval set to %.1f ms", name, 1e3 * SWITCH_INTERVAL_S)
+                sys.setswitchinterval(SWITCH_INTERVAL_S)
 
     # -- the engine's thread ----------------------------------------------------------------------------
     def step(
