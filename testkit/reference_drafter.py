@@ -252,9 +252,11 @@ def _pooled_path(sources, on, string, cap, min_prob, prior, score_depth, recency
     p, score, out, first_source = 1.0, 0.0, [], None
     while len(out) < cap:
         on = [i for i in on if shortest_equivalent(sources[i], string) <= score_depth]
-        total = prior
+        total = prior - (1 if not out and 0 in on else 0)  # the text's own end (in the group) has no follower
         for i in on:
             total += len(end_times(sources[i], string))
+        if total <= 0:
+            break
         best, best_count, best_source = None, 0, None
         for i in on:
             token = kept_follower(sources[i], string, recency_weight)
@@ -317,7 +319,8 @@ def brute_force_frequent_draft(
     down to min_match is scored, over the counts pooled across the sources holding it, then over the
     group alone: the draft follows, of the sources' kept continuations (`kept_follower`), the one
     with the most pooled occurrences, while the product of its estimated probabilities (count /
-    (context count + prior), at most 1) stays >= min_prob, a source dropping out where the string
+    (context count + prior), at most 1; the first token's context count leaves out the text's own end,
+    which has no follower yet) stays >= min_prob, a source dropping out where the string
     stops occurring in it or stops being at most `sam_rollout.drafter.layout.score_depth(long_match)` tokens long in
     its shortest form; the score is the sum of those products, and the best score wins (ties: the
     pooled pass, the longer match). The `score_depth` argument only exists to show where that depth

@@ -213,9 +213,10 @@ def test_recency_weight_lets_a_recent_continuation_take_over():
 
 
 def test_confidence_stops_below_the_threshold():
-    """After '5' (seen 3 times before, followed by 6 twice), the estimate is 2 / (4 + prior)."""
+    """After '5' (seen 3 times before, followed by 6 twice), the estimate is 2 / (3 + prior): the text's own
+    '5' at its end, a fourth occurrence, has no continuation yet."""
     text = [5, 6, 1, 5, 6, 2, 5, 3, 5]
-    for prior, threshold, drafted in ((0.0, 0.5, 1), (1.0, 0.5, 0), (0.0, 0.6, 0)):
+    for prior, threshold, drafted in ((0.0, 0.66, 1), (0.0, 0.67, 0), (1.0, 0.5, 1), (1.0, 0.55, 0)):
         d = BatchDrafter(
             DraftConfig(
                 k=1,

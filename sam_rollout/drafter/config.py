@@ -40,7 +40,9 @@ class DraftConfig:
     long_match: frequent, adaptive: the longest match that is scored by counts (1 to 16).
     min_token_prob: the "confidence" threshold.
     count_prior: frequent, adaptive: pseudo-occurrences added to every context's count, so that a
-        context seen once does not look certain.
+        context seen once does not look certain. A draft's first token is scored on the context's
+        earlier occurrences only (the request's own end has no continuation yet). The default, 0,
+        trusts a continuation seen once: long reasoning text repeats itself (benchmarks/long_replay.py).
     recency_weight: frequent, adaptive: a context's drafted continuation is its most frequent one,
         except that a continuation just seen takes its place once its count times this weight reaches
         that one's (1.0: ties go to the most recent; higher values favour recent text; 1.0 to 100).
@@ -62,7 +64,7 @@ class DraftConfig:
     match_scale: float = 1.0
     continuation: str = "adaptive"
     min_token_prob: float = 0.1
-    count_prior: float = 4.0
+    count_prior: float = 0.0
     recency_weight: float = 1.5
     long_match: int = 16
     group_aware: bool = True

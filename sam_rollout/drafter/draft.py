@@ -205,6 +205,8 @@ def _frequent_path(table, work, length, deep, cap, min_prob, gated, prior, beat,
     first_source = -1
     while n < cap:
         total = prior
+        if n == 0 and work[W_PATH] > 0:
+            total -= 1.0  # the group holds the request's own text: its end here has no continuation yet
         for i in range(NUM_SOURCES):
             u = work[W_PATH + i]
             if u > 0:
@@ -213,6 +215,8 @@ def _frequent_path(table, work, length, deep, cap, min_prob, gated, prior, beat,
                     work[W_PATH + i] = -1
                 else:
                     total += _count(states, u)
+        if total <= 0.0:
+            break
         best_token, best_count, best_source = -1, 0, -1
         for i in range(NUM_SOURCES):
             u = work[W_PATH + i]
