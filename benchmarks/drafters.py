@@ -6,6 +6,7 @@ A replay calls, per group of siblings: `start` for each, then per step `propose`
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -107,6 +108,70 @@ class ArcticSuffixDrafter:
 
     def finish(self, req_id):
         self.cache.stop_request(req_id)
+
+
+class VllmSuffixDrafter:
+    """vLLM's own suffix-decoding proposer (``SuffixDecodingProposer``, Arctic's cache underneath) with vLLM's
+    defaults, driven through its ``propose`` over a stand-in for the input batch it reads."""
+
+    name = "vLLM suffix method"
+
+    def __init__(self, k: int, max_model_len: int = 1 << 20) -> None:
+        from types import SimpleNamespace
+
+        from vllm.config import SpeculativeConfig
+        from vllm.v1.spec_decode.suffix_decoding import SuffixDecodingProposer
+
+        fields = SpeculativeConfig.__dataclass_fields__
+        suffix = {name: f.default for name, f in fields.items() if name.startswith("suffix_decoding")}
+        spec = SimpleNamespace(num_speculative_tokens=k, **suffix)
+        config = SimpleNamespace(speculative_config=spec, model_config=SimpleNamespace(max_model_len=max_model_len))
+        self.proposer = SuffixDecodingProposer(config)
+        self.k = k
+        self._prompt_len: dict[str, int] = {}
+        self._new: dict[str, list[int]] = {}
+
+    def start(self, req_id, prompt, group):
+        self._prompt_len[req_id] = len(prompt)
+        self._new[req_id] = []
+
+    def propose(self, req_ids, contexts, k):
+        if k != self.k:
+            raise ValueError(f"vLLM's proposer was built for k={self.k}, asked for {k}")
+        width = max(len(c) for c in contexts)
+        rows = np.zeros((len(req_ids), width), dtype=np.int32)
+        for i, c in enumerate(contexts):
+            rows[i, : len(c)] = c
+        batch = SimpleBatch(
+            req_ids=list(req_ids),
+            req_id_to_index={r: i for i, r in enumerate(req_ids)},
+            num_tokens_no_spec=np.array([len(c) for c in contexts]),
+            num_prompt_tokens=np.array([self._prompt_len[r] for r in req_ids]),
+            token_ids_cpu=rows,
+        )
+        sampled = [self._new[r] for r in req_ids]
+        for r in req_ids:
+            self._new[r] = []
+        drafts = self.proposer.propose(k, batch, sampled)
+        return [np.asarray(d, dtype=np.int32) for d in drafts]
+
+    def extend(self, req_ids, new_tokens):
+        for req_id, tokens in zip(req_ids, new_tokens):
+            self._new[req_id].extend(int(t) for t in tokens)
+
+    def finish(self, req_id):  # the proposer stops a request once a batch no longer holds it
+        del self._prompt_len[req_id], self._new[req_id]
+
+
+@dataclass
+class SimpleBatch:
+    """The fields of vLLM's InputBatch that its suffix proposer reads."""
+
+    req_ids: list
+    req_id_to_index: dict
+    num_tokens_no_spec: np.ndarray
+    num_prompt_tokens: np.ndarray
+    token_ids_cpu: np.ndarray
 
 
 def vllm_available() -> bool:

@@ -14,6 +14,7 @@ accepted with probability p(x), the chance that the sample equals x.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -51,6 +52,18 @@ class ReplayStats:
         self.bin_steps = np.zeros(len(edges), dtype=np.int64)
         self.bin_tokens = np.zeros(len(edges), dtype=np.int64)
         self.bin_drafted = np.zeros(len(edges), dtype=np.int64)
+
+    def add(self, other: ReplayStats) -> None:
+        """Count another replay's steps here too (same bins)."""
+        if other.bin_edges != self.bin_edges:
+            raise ValueError(f"bins differ: {other.bin_edges} against {self.bin_edges}")
+        self.steps += other.steps
+        self.tokens += other.tokens
+        self.drafted += other.drafted
+        self.accepted += other.accepted
+        self.bin_steps += other.bin_steps
+        self.bin_tokens += other.bin_tokens
+        self.bin_drafted += other.bin_drafted
 
     def record(self, position: int, drafted: int, accepted: int, emitted: int) -> None:
         b = int(np.searchsorted(self.bin_edges, position, side="right")) - 1
@@ -135,6 +148,42 @@ def replay(drafter, groups: list[TraceGroup], k: int = 3, bin_edges=POSITION_BIN
     stats = ReplayStats(bin_edges=tuple(bin_edges))
     for g, group in enumerate(groups):
         replay_group(drafter, g, group, k, stats)
+    return stats
+
+
+ALL = "all"
+
+
+def replay_by_part(
+    drafter, groups: list[TraceGroup], parts: Sequence[str], k: int = 3, bin_edges=POSITION_BINS
+) -> dict[str, ReplayStats]:
+    """`replay`, with each group's steps counted under its part (parts[g], e.g. tuning or held-out
+    prompts) as well as under ALL: one drafter sees every group, so the parts share its history."""
+    stats = {name: ReplayStats(bin_edges=tuple(bin_edges)) for name in (ALL, *parts)}
+    for g, (group, part) in enumerate(zip(groups, parts, strict=True)):
+        scored = ReplayStats(bin_edges=tuple(bin_edges))
+        replay_group(drafter, g, group, k, scored)
+        stats[ALL].add(scored)
+        stats[part].add(scored)
+    return stats
+
+
+def replay_visits(
+    drafter, visits: list[list[tuple[str, TraceGroup]]], parts: dict[str, str], k: int = 3, bin_edges=POSITION_BINS
+) -> dict[str, ReplayStats]:
+    """Visits in order (a training run's checkpoints, say), each a list of (prompt key, group), through one
+    drafter. Only revisits are scored: a group whose prompt key was visited before, under its part
+    (parts[key]) and ALL; first visits only feed the drafter (history, prompt store)."""
+    stats = {name: ReplayStats(bin_edges=tuple(bin_edges)) for name in (ALL, *parts.values())}
+    seen: set[str] = set()
+    for v, visit in enumerate(visits):
+        for key, group in visit:
+            scored = ReplayStats(bin_edges=tuple(bin_edges))
+            replay_group(drafter, f"visit{v}-{key}", group, k, scored)
+            if key in seen:
+                stats[ALL].add(scored)
+                stats[parts[key]].add(scored)
+        seen.update(key for key, _ in visit)
     return stats
 
 

@@ -25,6 +25,10 @@ benchmarks/results/simulate_cluster_acceptance_<traces>_k3.json and reused unles
 at each recipe's replica count, its work bound and the request-count bound it had before
 (``benchmarks.routing``), replayed and placed step by step; their profiles join the same file.
 
+``--cluster --cluster-long DIR``: the same on the long reasoning traces' position curves
+(``benchmarks.long_replay --profiles DIR``; ``simulator.long_trace_profiles``), greedy as measured, or carried
+to sampling by ``--gain-ratio`` (``benchmarks.sampling_gap``).
+
 Every scenario reports how much of the offline-derived schedule's reduction ``auto`` (the online switch,
 which knows neither the cost nor the acceptance) recovers.
 
@@ -49,6 +53,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.cost_model import derive_schedule
+from benchmarks.sampling_gap import carry
 from benchmarks.simulator import (
     ANCHOR_CSV,
     MOE_ANCHOR_CSV,
@@ -68,6 +73,7 @@ from benchmarks.simulator import (
     fit_roofline,
     grouped_lognormal_lengths,
     log_length_icc,
+    long_trace_profiles,
     model_error,
     policies_for,
     prefill_ms,
@@ -163,6 +169,21 @@ def parse_args(argv=None):
         help="--cluster: host ms per SAM step that async scheduling would hide (vLLM turns it off with SAM)",
     )
     p.add_argument("--cluster-seeds", type=int, default=4, help="--cluster: length draws per case")
+    p.add_argument(
+        "--cluster-long",
+        type=Path,
+        default=None,
+        help="--cluster: instead of the routed replay, the long traces' position curves in this folder (long_replay "
+        "--profiles: acceptance_long_cot_{first_visits,revisits}_k<cluster-k>.json, method sam)",
+    )
+    p.add_argument(
+        "--gain-ratio",
+        type=float,
+        nargs=2,
+        default=None,
+        metavar=("TOKENS", "DRAFTED"),
+        help="--cluster-long: carry the greedy curves to sampling (sampling_gap.carry): gain and drafted ratios",
+    )
     p.add_argument(
         "--cluster-bounds",
         action="store_true",
@@ -426,6 +447,25 @@ def routed_acceptance_profiles(args, replicas, bound_replicas=()) -> tuple[str, 
     return str(path.relative_to(ROOT)), data
 
 
+def long_trace_acceptance(args, replicas) -> tuple[str, dict]:
+    """The cluster profiles from the long traces' curves (``long_trace_profiles``), carried to sampling by
+    ``--gain-ratio``; the length correlation within a prompt from the routed replay's file (the long traces
+    hold one response per prompt and model)."""
+    k = args.cluster_k
+    files = [args.cluster_long / f"acceptance_long_cot_{c}_k{k}.json" for c in ("first_visits", "revisits")]
+    first, revisit = (json.loads(f.read_text()) for f in files)
+    if args.gain_ratio:
+        first, revisit = (carry(p, *args.gain_ratio) for p in (first, revisit))
+    routed = ROOT / f"benchmarks/results/simulate_cluster_acceptance_{QWEN25MATH}_k3.json"
+    data = dict(
+        profiles=long_trace_profiles(first, revisit, "sam", replicas),
+        log_length_icc=json.loads(routed.read_text())["log_length_icc"],
+        gain_ratio=args.gain_ratio,
+    )
+    source = ", ".join(str(f.relative_to(ROOT)) if f.is_relative_to(ROOT) else str(f) for f in files)
+    return source + (f", carried by {args.gain_ratio}" if args.gain_ratio else ", greedy"), data
+
+
 def moe_cost_table(args, rates) -> TableCost:
     """The 235B step cost: the measured MoE table, extended past its largest q by the MoE roofline
     (routing correlation 0: uniform independent routing gives the table's distinct experts, 35 at q=5)."""
@@ -472,7 +512,10 @@ def cluster_main(args):
     by_name = {s.setup.name: s for s in scales}
     replicas = sorted({r for s in scales for r in s.replicas})
     bound_replicas = sorted({s.setup.replicas for s in scales}) if args.cluster_bounds else []
-    source, replayed = routed_acceptance_profiles(args, replicas, bound_replicas)
+    if args.cluster_long is not None:
+        source, replayed = long_trace_acceptance(args, replicas)
+    else:
+        source, replayed = routed_acceptance_profiles(args, replicas, bound_replicas)
     profiles = replayed["profiles"]
     for sc in scales:
         print("step cost by q:", sc.cost.q_note(args.cluster_k + 1))
@@ -513,7 +556,10 @@ def cluster_main(args):
             )
         )
     print(f"target <= {CLUSTER_TARGET}x: {w['target']}")
-    out = ROOT / f"benchmarks/results/simulate_cluster_{time.strftime('%Y-%m-%d')}.json"
+    tag = ""
+    if args.cluster_long is not None:
+        tag = f"long_cot_k{args.cluster_k}_" + (f"carried_{args.gain_ratio[0]:g}_" if args.gain_ratio else "greedy_")
+    out = ROOT / f"benchmarks/results/simulate_cluster_{tag}{time.strftime('%Y-%m-%d')}.json"
     out.write_text(json.dumps(result, indent=1))
     print(f"\nwrote {out} in {time.time() - t0:.0f} s")
     return result

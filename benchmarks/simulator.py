@@ -1111,6 +1111,54 @@ def profile_key(routing: str, replicas: int, epoch: str) -> str:
     return f"{routing}/R{replicas}/{epoch}"
 
 
+def _mixed(a: dict, b: dict, share_a: float) -> tuple[list, list]:
+    """Per bin, tokens and drafted per step of requests of equal length of which `share_a` follow
+    curve a and the rest curve b: steps add up per token (1 / tokens per step), drafts per step."""
+    tokens, drafted = [], []
+    for ta, tb, da, db in zip(a["tokens_per_step"], b["tokens_per_step"], a["drafted_per_step"], b["drafted_per_step"]):
+        if ta is None or tb is None:
+            tokens.append(None)
+            drafted.append(None)
+            continue
+        steps_a, steps_b = share_a / ta, (1.0 - share_a) / tb
+        tokens.append(1.0 / (steps_a + steps_b))
+        drafted.append((steps_a * da + steps_b * db) / (steps_a + steps_b))
+    return tokens, drafted
+
+
+def long_trace_profiles(first: dict, revisit: dict, method: str, replicas_list: Sequence[int]) -> dict:
+    """Cluster profiles (keyed by ``profile_key``) from position curves measured on long traces without
+    siblings: ``benchmarks.long_replay``'s first-visit and revisit profiles (``acceptance_curves`` schema),
+    one method of each. A first epoch drafts as a first visit under every routing; a later epoch as a
+    revisit under prompt affinity, and under verl's routing as a revisit on the replica holding the
+    prompt's store (1 of R) and as a first visit elsewhere. Siblings are not modelled (the traces hold none)."""
+    if first["bin_edges"] != revisit["bin_edges"] or first["k"] != revisit["k"]:
+        raise ValueError("the first-visit and revisit profiles must share bins and k")
+    a, b = first["methods"][method], revisit["methods"][method]
+    steps = [min(x, y) for x, y in zip(a["steps"], b["steps"])]
+    out = {}
+    for replicas in replicas_list:
+        for routing in ROUTINGS:
+            for epoch in EPOCHS:
+                if epoch == "first":
+                    tokens, drafted = list(a["tokens_per_step"]), list(a["drafted_per_step"])
+                else:
+                    tokens, drafted = _mixed(b, a, 1.0 if routing == "affinity" else 1.0 / replicas)
+                counted = [(t, s) for t, s in zip(tokens, steps) if t is not None]
+                out[profile_key(routing, replicas, epoch)] = {
+                    "k": first["k"],
+                    "replicas": replicas,
+                    "routing": routing,
+                    "epoch": epoch,
+                    "bin_edges": list(first["bin_edges"]),
+                    "tokens_per_step": tokens,
+                    "drafted_per_step": drafted,
+                    "steps": steps,
+                    "mean_tokens_per_step": sum(t * s for t, s in counted) / sum(s for _, s in counted),
+                }
+    return out
+
+
 # --------------------------------------------------------------------------------------------
 # Rollout time at cluster scale: R replicas, routing, epoch
 # --------------------------------------------------------------------------------------------

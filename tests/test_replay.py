@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from benchmarks.drafters import SamDrafter
-from benchmarks.replay import replay, replay_revisits
+from benchmarks.replay import ALL, replay, replay_by_part, replay_revisits, replay_visits
 from sam_rollout.drafter import DraftConfig
 from testkit.data import TraceGroup
 
@@ -59,3 +59,27 @@ def test_revisit_proxy_scores_only_the_current_visit():
     assert stored.tokens == plain.tokens == 3 * 299  # the current visits' decode tokens only
     with pytest.raises(ValueError, match="more than 2 responses"):
         replay_revisits(SamDrafter("g", DraftConfig()), groups, earlier=2)
+
+
+def test_parts_split_the_steps_of_one_replay():
+    """replay_by_part counts each group under its part and under 'all', and 'all' equals the plain replay."""
+    groups = [TraceGroup(random_text(20, 30 + g), [random_text(200, seed)]) for g, seed in enumerate((40, 41, 42, 41))]
+    parts = replay_by_part(SamDrafter("h", DraftConfig(history_tokens=1 << 16)), groups, ["a", "b", "a", "b"])
+    whole = replay(SamDrafter("h", DraftConfig(history_tokens=1 << 16)), groups)
+    assert parts[ALL].as_dict() == whole.as_dict()
+    assert parts["a"].steps + parts["b"].steps == whole.steps
+    assert parts["a"].acceptance_length < parts["b"].acceptance_length  # group 3 repeats group 1 from history
+
+
+def test_visits_score_only_revisits_and_find_the_prompt_store():
+    """A prompt's later visit repeating its earlier response drafts from the prompt store; first visits
+    (a prompt never seen before) are not scored."""
+    prompt, response = random_text(20, 50), random_text(300, 51)
+    other = (random_text(20, 52), random_text(300, 53))
+    visits = [
+        [("p", TraceGroup(prompt, [response]))],
+        [("p", TraceGroup(prompt, [response])), ("q", TraceGroup(other[0], [other[1]]))],
+    ]
+    stats = replay_visits(SamDrafter("s", DraftConfig(prompt_store=True)), visits, {"p": "a", "q": "b"})
+    assert stats[ALL].tokens == stats["a"].tokens == 299 and stats["b"].steps == 0
+    assert stats["a"].acceptance_length > 3.5

@@ -23,7 +23,9 @@ from benchmarks.simulator import (
     compare,
     dense_step_features,
     fit_roofline,
+    long_trace_profiles,
     policies_for,
+    profile_from_routed,
     simulate,
 )
 from testkit.data import lognormal_lengths
@@ -590,3 +592,27 @@ def test_chunked_groups_find_their_whole_store_on_every_replica_they_use():
         assert entry["earlier_responses_on_replica"] == entry["earlier_responses"]  # the store, copied
     assert whole["siblings_on_replica"] == whole["siblings_in_group"]
     assert chunked["siblings_on_replica"] < whole["siblings_on_replica"]
+
+
+def test_long_trace_profiles_mix_revisits_by_where_the_store_is():
+    """Prompt affinity's later epoch drafts as a revisit; verl's routing as one on 1 of R replicas: per token,
+    its steps are the share-weighted steps of the two curves (requests of equal length)."""
+    bins = [0, 1024]
+    first = {
+        "k": 3,
+        "bin_edges": bins,
+        "methods": {"sam": {"tokens_per_step": [2.0, 2.0], "drafted_per_step": [3.0, 3.0], "steps": [10, 5]}},
+    }
+    revisit = {
+        "k": 3,
+        "bin_edges": bins,
+        "methods": {"sam": {"tokens_per_step": [4.0, None], "drafted_per_step": [3.0, 1.0], "steps": [10, 0]}},
+    }
+    profiles = long_trace_profiles(first, revisit, "sam", [1, 4])
+    assert profiles["affinity/R4/later"]["tokens_per_step"] == [4.0, None]
+    assert profiles["default/R1/later"]["tokens_per_step"] == [4.0, None]
+    assert profiles["default/R4/first"]["tokens_per_step"] == [2.0, 2.0]
+    mixed = profiles["default/R4/later"]
+    assert mixed["tokens_per_step"][0] == pytest.approx(1 / (0.25 / 4.0 + 0.75 / 2.0))
+    assert mixed["drafted_per_step"][0] == pytest.approx(3.0)
+    profile_from_routed(mixed).tables(3, min_steps=1)  # the simulator reads it
