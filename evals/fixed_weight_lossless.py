@@ -54,6 +54,10 @@ class ArmResult:
     first_tokens: list[int] = field(repr=False)
     later_tokens: list[int] = field(repr=False)  # -1 where the response ends before LATER_POSITION
     finished_by_length: int = 0  # responses that hit max_tokens
+    tokens: list[list[int]] = field(default_factory=list, repr=False)  # per response
+    logprobs: list[list[float] | None] = field(default_factory=list, repr=False)  # the engine's, if asked for
+    request_ids: list[str] = field(default_factory=list, repr=False)
+    probe: list[dict] = field(default_factory=list, repr=False)  # testkit.logprob_probe's records, if probed
     sam: dict = field(default_factory=dict)  # SAM's step metrics over the whole arm (empty when off)
     engine_start_s: float = 0.0
     generate_s: float = 0.0
@@ -66,15 +70,21 @@ def preset_messages(prompts: int = PROMPTS) -> list[list[dict]]:
     return [row["prompt"] for row in dapo_data.arithmetic_rows(prompts, DATA_SEED, "train")]
 
 
-def preset_rollout_config(sam: bool, seed: int):
+def preset_config(sam: bool, seed: int, overrides=(), model: str = "/unused"):
+    """The CPU preset's whole config (resolved) for one arm; ``overrides`` as on the launcher's command line."""
     from omegaconf import OmegaConf
 
     from sam_rollout.verl.launcher import recipe_config
 
-    overrides = [*INPUTS, LOAD_WEIGHTS, "sam=enabled" if sam else "sam=disabled", f"ab.seed={seed}"]
-    cfg = recipe_config.compose_recipe(RECIPE, RECIPE, overrides)
+    arm = ["sam=enabled" if sam else "sam=disabled", f"ab.seed={seed}"]
+    inputs = [f"actor_rollout_ref.model.path={model}", *INPUTS[1:]]
+    cfg = recipe_config.compose_recipe(RECIPE, RECIPE, [*inputs, LOAD_WEIGHTS, *arm, *overrides])
     OmegaConf.resolve(cfg)
-    return cfg.actor_rollout_ref.rollout
+    return cfg
+
+
+def preset_rollout_config(sam: bool, seed: int, overrides=()):
+    return preset_config(sam, seed, overrides).actor_rollout_ref.rollout
 
 
 def verl_sampling_params(rollout, prompt_len: int):
@@ -91,12 +101,13 @@ def verl_sampling_params(rollout, prompt_len: int):
         top_p=rollout.top_p,
         top_k=rollout.top_k,
         repetition_penalty=1.0,
-        logprobs=None,
+        logprobs=0 if rollout.calculate_log_probs else None,  # the sampled token's only
         ignore_eos=False,
     )
 
 
-async def _generate_arm(args, rollout, model: str, prompt_ids: list[list[int]], rounds: int, arm: str, seed: int):
+async def _generate_arm(args, rollout, model: str, prompt_ids: list[list[int]], rounds: int, arm: str, seed: int,
+                        probe: bool = False):  # fmt: skip
     from uuid import uuid4
 
     from vllm.engine.arg_utils import AsyncEngineArgs
@@ -105,6 +116,7 @@ async def _generate_arm(args, rollout, model: str, prompt_ids: list[list[int]], 
 
     from sam_rollout.metrics import SamStepTracker
     from sam_rollout.verl.runtime import replica
+    from testkit import logprob_probe
 
     args.model = model
     t0 = time.perf_counter()
@@ -119,22 +131,28 @@ async def _generate_arm(args, rollout, model: str, prompt_ids: list[list[int]], 
         tracker = SamStepTracker()
         if sam_on:
             tracker.step_metrics({"rollout_0": _one_snapshot(await server.sam_spec_metrics())})
+        if probe:
+            await engine.collective_rpc(logprob_probe.install)
 
         async def one(p: int):
-            final = None
+            final, request_id = None, uuid4().hex
             params = verl_sampling_params(rollout, len(prompt_ids[p]))
             async for res in engine.generate(prompt={"prompt_token_ids": prompt_ids[p]}, sampling_params=params,
-                                             request_id=uuid4().hex):  # fmt: skip
+                                             request_id=request_id):  # fmt: skip
                 final = res
             o = final.outputs[0]
-            return p, list(o.token_ids), o.finish_reason
+            logprobs = None if o.logprobs is None else [step[t].logprob for t, step in zip(o.token_ids, o.logprobs)]
+            return p, list(o.token_ids), o.finish_reason, logprobs, request_id
 
         t1 = time.perf_counter()
         for _ in range(rounds):
             for w in range(0, len(prompt_ids), WAVE_PROMPTS):
                 wave = [p for p in range(w, min(w + WAVE_PROMPTS, len(prompt_ids)))]
                 jobs = [one(p) for p in wave for _ in range(SAMPLES_PER_PROMPT_PER_WAVE)]
-                for p, tokens, reason in await asyncio.gather(*jobs):
+                for p, tokens, reason, logprobs, request_id in await asyncio.gather(*jobs):
+                    out.tokens.append(tokens)
+                    out.logprobs.append(logprobs)
+                    out.request_ids.append(request_id)
                     out.prompt_index.append(p)
                     out.lengths.append(len(tokens))
                     out.first_tokens.append(tokens[0] if tokens else -1)
@@ -143,6 +161,8 @@ async def _generate_arm(args, rollout, model: str, prompt_ids: list[list[int]], 
         out.generate_s = round(time.perf_counter() - t1, 1)
         out.engine_start_s = round(start_s, 1)
         out.requests = len(out.lengths)
+        if probe:
+            (out.probe,) = await engine.collective_rpc(logprob_probe.collect)
         if sam_on:
             m = tracker.step_metrics({"rollout_0": _one_snapshot(await server.sam_spec_metrics())})
             out.sam = {k.removeprefix("rollout/sam_"): round(float(v), 4) for k, v in m.items()}
@@ -166,18 +186,21 @@ def chat_prompt_ids(model: str, messages: list[list[dict]]) -> list[list[int]]:
     return [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
 
 
-def run_arm(arm: str, model: str, rounds: int, seed: int | None = None, prompts: int = PROMPTS) -> ArmResult:
-    """One arm: ``rounds`` x ``prompts`` x 4 responses from a fresh engine (``arm``: "sam" or "baseline")."""
+def run_arm(arm: str, model: str, rounds: int, seed: int | None = None, prompts: int = PROMPTS, overrides=(),
+            probe: bool = False) -> ArmResult:  # fmt: skip
+    """One arm: ``rounds`` x ``prompts`` x 4 responses from a fresh engine (``arm``: "sam" or "baseline");
+    ``overrides`` to the preset (e.g. ``actor_rollout_ref.rollout.calculate_log_probs=true``), ``probe``
+    records every sampling step in the worker (testkit.logprob_probe)."""
     if arm not in ARM_SEEDS:
         raise ValueError(f"arm must be one of {sorted(ARM_SEEDS)}, got {arm!r}")
     seed = ARM_SEEDS[arm] if seed is None else seed
     os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
     # vLLM has no sleep mode on a CPU
     args, rollout = launch_server_args(
-        preset_rollout_config(arm == "sam", seed), gpus_per_node=1, enable_sleep_mode=False
+        preset_rollout_config(arm == "sam", seed, overrides), gpus_per_node=1, enable_sleep_mode=False
     )
     ids = chat_prompt_ids(model, preset_messages(prompts))
-    return asyncio.run(_generate_arm(args, rollout, model, ids, rounds, arm, seed))
+    return asyncio.run(_generate_arm(args, rollout, model, ids, rounds, arm, seed, probe))
 
 
 def compare(sam: ArmResult, baseline: ArmResult, alpha: float = stats.ALPHA) -> dict:
@@ -221,6 +244,14 @@ def pooled_comparison(reports: list[dict], alpha: float = stats.ALPHA) -> dict:
     return stats.compare_arms(arms["sam"], arms["baseline"], alpha, stats.AB_LENGTH_SHIFT)
 
 
+def load_reports(paths: list[str]) -> list[dict]:
+    reports = []
+    for path in paths:
+        with open(path) as f:
+            reports.append(json.load(f))
+    return reports
+
+
 def write_json(path: str, data: dict) -> None:
     with open(path, "w") as f:
         json.dump(data, f, indent=1)
@@ -261,11 +292,7 @@ def main(argv=None) -> int:
     p.add_argument("--pool", nargs="+", metavar="REPORT", help="no engine: the tests on these saved reports, pooled")
     args = p.parse_args(argv)
     if args.pool:
-        reports = []
-        for path in args.pool:
-            with open(path) as f:
-                reports.append(json.load(f))
-        data = {"pooled": args.pool, "comparison": pooled_comparison(reports, args.alpha)}
+        data = {"pooled": args.pool, "comparison": pooled_comparison(load_reports(args.pool), args.alpha)}
         if args.json:
             write_json(args.json, data)
         print(json.dumps(data["comparison"], indent=1))
