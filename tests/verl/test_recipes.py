@@ -12,6 +12,8 @@ from verl_step import make_inputs, verl_step_only
 verl_step_only()
 
 from omegaconf import OmegaConf  # noqa: E402
+from verl.trainer.config.algorithm import RolloutCorrectionConfig  # noqa: E402
+from verl.utils.config import omega_conf_to_dataclass  # noqa: E402
 
 from sam_rollout.settings import AUTO, SamSettings  # noqa: E402
 from sam_rollout.verl.launcher import launch, recipe_config  # noqa: E402
@@ -72,6 +74,11 @@ def test_published_setup(inputs, recipe, name, threshold, k, seqs, tp, train, ge
     assert (cfg.trainer.nnodes, cfg.trainer.n_gpus_per_node, cfg.trainer.device) == (nodes, 16, "npu")
     assert cfg.actor_rollout_ref.actor.strategy == strategy
     assert rollout.enforce_eager is True
+    # the engine's log-probs feed verl's rollout correction, metrics only (rollout_corr/*); the baseline arm
+    # has the same (test_baseline_differs_only_in_sam)
+    assert rollout.calculate_log_probs is True
+    rc = omega_conf_to_dataclass(cfg.algorithm.rollout_correction, dataclass_type=RolloutCorrectionConfig)
+    assert (rc.rollout_is, rc.rollout_rs, rc.bypass_mode) == (None, None, False)
 
 
 @pytest.mark.parametrize("recipe,name", [(p[0], p[1]) for p in PUBLISHED])
