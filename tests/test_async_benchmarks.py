@@ -1,11 +1,12 @@
-"""The device script's issue-46 pieces on the CPU: the device-drafts benchmark on the simulated device, and the
-loss split's table from modes' results (the engines themselves run on a GPU: scripts/device_lease.sh)."""
+"""Issue 46's benchmarks on the CPU: device_drafts_latency on the simulated device, gpu_loss_split's table from
+modes' results (the engines themselves run on a GPU: scripts/device_lease.sh), and device_drafts_replay on a
+slice of the real traces."""
 
 from __future__ import annotations
 
 import json
 
-from benchmarks import device_drafts_latency, gpu_loss_split
+from benchmarks import device_drafts_latency, device_drafts_replay, gpu_loss_split
 
 
 def test_device_drafts_benchmark_checks_every_step_and_times_three_engines(tmp_path):
@@ -59,3 +60,14 @@ def test_every_mode_has_its_engine_arguments():
     v2 = gpu_loss_split.speculation(gpu_loss_split.MODES["sam_v2_nodraft"], 128)["speculative_config"]
     assert v2["model"] == "sam_rollout.vllm.speculator.RegisteredSamSpeculator"
     assert v2["num_speculative_tokens_per_batch_size"] == [[1, 128, 0]]  # width 0 at every batch size
+
+
+def test_device_drafts_replay_on_a_slice_of_real_traces(tmp_path):
+    out = device_drafts_replay.main(
+        ["--sets", "qwen25math", "--caps", "3", "--limit", "2", "--rows", "8", "--json", str(tmp_path / "r.json")]
+    )
+    row = out["results"]["qwen25math"]["3"]
+    assert row["steps"] > 100 and row["steps_differing_from_synchronous"] == 0
+    assert row["share_of_synchronous_gain"] == 1.0
+    assert row["device_drafts"]["acceptance_length"] > 1.3
+    assert row["replay"]["sam_synchronous"]["acceptance_length"] > 1.3
