@@ -177,6 +177,12 @@ def parse_args(argv=None):
         "--profiles: acceptance_long_cot_{first_visits,revisits}_k<cluster-k>.json, method sam)",
     )
     p.add_argument(
+        "--cluster-switch",
+        default="auto",
+        help="--cluster: SAM's switch, auto (the online switch) or a threshold t (k drafts at batch <= t)",
+    )
+    p.add_argument("--long-method", default="sam", help="--cluster-long: the method of the profiles to simulate")
+    p.add_argument(
         "--gain-ratio",
         type=float,
         nargs=2,
@@ -458,7 +464,7 @@ def long_trace_acceptance(args, replicas) -> tuple[str, dict]:
         first, revisit = (carry(p, *args.gain_ratio) for p in (first, revisit))
     routed = ROOT / f"benchmarks/results/simulate_cluster_acceptance_{QWEN25MATH}_k3.json"
     data = dict(
-        profiles=long_trace_profiles(first, revisit, "sam", replicas),
+        profiles=long_trace_profiles(first, revisit, args.long_method, replicas),
         log_length_icc=json.loads(routed.read_text())["log_length_icc"],
         gain_ratio=args.gain_ratio,
     )
@@ -521,9 +527,12 @@ def cluster_main(args):
         print("step cost by q:", sc.cost.q_note(args.cluster_k + 1))
     lengths = grouped_lengths(scales)
     run = (args.cluster_seeds, args.cluster_k, args.cluster_overhead_ms, args.min_steps)
-    result = run_cluster(scales, profiles, lengths, *run)
+    switch = args.cluster_switch
+    result = run_cluster(scales, profiles, lengths, *run, switch=switch)
     corr = replayed["log_length_icc"]
-    result["what_ifs_32b"] = cluster_what_ifs(scales[0], profiles, lengths, run[0], CLUSTER_TARGET, *run[1:], corr)
+    result["what_ifs_32b"] = cluster_what_ifs(
+        scales[0], profiles, lengths, run[0], CLUSTER_TARGET, *run[1:], corr, switch=switch
+    )
     own = [r for r in result["rows"] if r["scale"] == SETUP_32B["name"] and r["replicas"] == scales[0].setup.replicas]
     arms = (("default", "off"), ("default", "later"), ("affinity", "later"))
     result["breakdown_32b_later"] = {f"{ro}, {arm}": time_breakdown(own, ro, arm) for ro, arm in arms}
@@ -558,7 +567,10 @@ def cluster_main(args):
     print(f"target <= {CLUSTER_TARGET}x: {w['target']}")
     tag = ""
     if args.cluster_long is not None:
-        tag = f"long_cot_k{args.cluster_k}_" + (f"carried_{args.gain_ratio[0]:g}_" if args.gain_ratio else "greedy_")
+        tag = f"long_cot_{args.long_method}_k{args.cluster_k}_"
+        tag += f"carried_{args.gain_ratio[0]:g}_" if args.gain_ratio else "greedy_"
+    if args.cluster_switch != "auto":
+        tag += f"switch{args.cluster_switch}_"
     out = ROOT / f"benchmarks/results/simulate_cluster_{tag}{time.strftime('%Y-%m-%d')}.json"
     out.write_text(json.dumps(result, indent=1))
     print(f"\nwrote {out} in {time.time() - t0:.0f} s")

@@ -699,6 +699,16 @@ class Policy:
     step_overhead_ms: float = 0.0  # added to every step (SAM configured: no async scheduling)
 
 
+def sam_policy(switch, k: int, max_num_seqs: int, step_overhead_ms: float = 0.0) -> Policy:
+    """SAM under the engine's ``switch``: "auto" (the online switch) or a threshold t (k drafts in steps of at
+    most t requests)."""
+    if switch == "auto":
+        return Policy("auto", np.zeros(1, dtype=np.int64), ONLINE, step_overhead_ms)
+    arr = np.zeros(max_num_seqs + 1, dtype=np.int64)
+    arr[1 : int(switch) + 1] = k
+    return Policy(f"threshold {int(switch)}", arr, step_overhead_ms=step_overhead_ms)
+
+
 def policies_for(
     setup: RolloutSetup,
     k: int,
@@ -1434,14 +1444,16 @@ def run_cluster(
     sam_step_overhead_ms: float = 0.0,
     min_steps: int = 1000,
     log=print,
+    switch="auto",
 ) -> dict:
     """Every scale x replica count: no speculation, SAM (``auto``, the online switch, paying
     ``sam_step_overhead_ms`` a step) under default routing and prompt affinity, first and later
     epochs, mean over ``seeds`` length draws (``lengths_for(setup, seed, corr, visit)``); also under the
-    real balancer (ROUTER_ROUTINGS) at replica counts whose profiles were replayed."""
-    sam = Policy("auto", np.zeros(1, dtype=np.int64), ONLINE, sam_step_overhead_ms)
+    real balancer (ROUTER_ROUTINGS) at replica counts whose profiles were replayed. ``switch``: SAM's
+    (``sam_policy``)."""
     rows = []
     for sc in scales:
+        sam = sam_policy(switch, k, sc.setup.max_num_seqs, sam_step_overhead_ms)
         grid = CostGrid.build(sc.cost, sc.setup.max_num_seqs, k, sc.setup.max_response + 2048)
         for replicas in sc.replicas:
             setup = RolloutSetup(**{**sc.setup.__dict__, "replicas": replicas})
@@ -1458,7 +1470,7 @@ def run_cluster(
                 ),
                 flush=True,
             )
-    return dict(rows=rows, sam_policy="auto", sam_step_overhead_ms=sam_step_overhead_ms, seeds=seeds)
+    return dict(rows=rows, sam_policy=str(switch), sam_step_overhead_ms=sam_step_overhead_ms, seeds=seeds)
 
 
 def cluster_what_ifs(
@@ -1471,6 +1483,7 @@ def cluster_what_ifs(
     sam_step_overhead_ms: float = 0.0,
     min_steps: int = 1000,
     length_corr: float = 0.5,
+    switch="auto",
 ) -> dict:
     """At a scale's own replica count, what the measured case leaves open:
     - each routed profile's mean held at every position (the trace set holds few steps past 1,024
@@ -1480,7 +1493,7 @@ def cluster_what_ifs(
       and both of these at once;
     - the constant tokens per step (k drafted every step) at which SAM reaches ``ratio`` x no
       speculation."""
-    sam = Policy("auto", np.zeros(1, dtype=np.int64), ONLINE, sam_step_overhead_ms)
+    sam = sam_policy(switch, k, sc.setup.max_num_seqs, sam_step_overhead_ms)
     off = Policy("off", np.zeros(sc.setup.max_num_seqs + 1, dtype=np.int64))
     grid = CostGrid.build(sc.cost, sc.setup.max_num_seqs, k, sc.setup.max_response + 2048)
     replicas = sc.setup.replicas
