@@ -54,6 +54,7 @@ class Method:
     make: Callable[[int, bool], object]  # (cap, revisits) -> a fresh drafter
     available: Callable[[], bool] = lambda: True
     long_only: bool = False  # a length variant: replayed at caps above BASE_K only (at BASE_K it is the default)
+    variant: bool = False  # not replayed on the unfinished responses
 
 
 def sam_method(key: str, label: str, long_only: bool = False, **settings) -> Method:
@@ -63,7 +64,7 @@ def sam_method(key: str, label: str, long_only: bool = False, **settings) -> Met
         config = DraftConfig(k=cap, history_tokens=HISTORY_TOKENS, prompt_store=revisits, **settings)
         return SamDrafter(key, config)
 
-    return Method(key, label, make, long_only=long_only)
+    return Method(key, label, make, long_only=long_only, variant=long_only)
 
 
 METHODS = [
@@ -75,6 +76,17 @@ METHODS = [
         arctic_available,
     ),
     Method("vllm_suffix", "vLLM's suffix method (its defaults)", lambda c, r: VllmSuffixDrafter(c), vllm_available),
+    # Arctic allowed to draft longer from short matches (max_spec_factor; 1 drafts at most the match's length)
+    *(
+        Method(
+            f"arctic_factor{f}",
+            f"Arctic, max_spec_factor {f}",
+            lambda c, r, f=f: ArcticSuffixDrafter(max_spec_factor=float(f)),
+            arctic_available,
+            variant=True,
+        )
+        for f in (2, 4)
+    ),
     # draft-length variants for the recipes' choice (the simulator prices them)
     sam_method("sam_base4", "SAM, base_k 4", long_only=True, base_k=4),
     sam_method("sam_scale2", "SAM, match_scale 2", long_only=True, match_scale=2.0),
@@ -121,7 +133,7 @@ def run(traces: list[LongTrace], cases=CASES, caps=CAPS, methods=None, log=print
     for case in cases:
         for cap in caps if case != "unfinished" else (min(caps), max(caps)):
             for m in chosen:
-                if m.long_only and (cap <= BASE_K or case == "unfinished"):
+                if (m.long_only and cap <= BASE_K) or (m.variant and case == "unfinished"):
                     continue
                 if not m.available():
                     log(f"  {case} cap {cap} {m.key}: SKIPPED (not importable)")

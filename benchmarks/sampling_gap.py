@@ -1,9 +1,11 @@
 """Greedy against sampled: how much acceptance falls from greedy decoding to T=1.0 on the same prompts.
 
-    python -m benchmarks.generate_traces --prompts 64 --n 1 --temperature 0 --out results/smollm2_dapo_greedy_n1.npz
-    python -m benchmarks.generate_traces --prompts 64 --n 4 --temperature 1.0 --out results/smollm2_dapo_T1.0_n4.npz
-    python -m benchmarks.sampling_gap --greedy results/smollm2_dapo_greedy_n1.npz \
-        --sampled results/smollm2_dapo_T1.0_n4.npz
+    python -m benchmarks.generate_traces --prompts 320 --n 1 --temperature 0 --max-tokens 1024 \
+        --out results/smollm2_dapo_greedy_p320.npz
+    python -m benchmarks.generate_traces --prompts 320 --n 1 --temperature 1.0 --max-tokens 1024 \
+        --out results/smollm2_dapo_T1.0_p320.npz
+    python -m benchmarks.sampling_gap --greedy results/smollm2_dapo_greedy_p320.npz \
+        --sampled results/smollm2_dapo_T1.0_p320.npz
 
 Both trace sets are replayed as the long traces' first visits (`benchmarks.long_replay`): each response as a group
 of its own, drafting from its own text and a history of the responses before it; sample j of every prompt in
