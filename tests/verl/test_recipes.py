@@ -24,7 +24,7 @@ from sam_rollout.verl.runtime.engine_args import check_sam_engine_kwargs  # noqa
 # strategy, prompt store bytes per replica): the published generation batch (96, 1536, 128 prompts) as V1's
 # max_inflight_gen_batches
 PUBLISHED = [
-    ("dapo_qwen3_32b", "dapo_qwen3_32b", 8, 3, 128, 8, 32, 3, 2, "fsdp", 2 << 30),
+    ("dapo_qwen3_32b", "dapo_qwen3_32b", 8, 16, 128, 8, 32, 3, 2, "fsdp", 2 << 30),
     ("dapo_qwen3_32b", "dapo_qwen3_32b_8node", 4, 4, 256, 8, 512, 3, 8, "fsdp", 1 << 30),
     ("dapo_qwen3_235b", "dapo_qwen3_235b", 8, 3, 64, 4, 128, 1, 8, "megatron", 1 << 30),
 ]
