@@ -26,9 +26,9 @@ a reader sees what each extra draft token buys.
 
 `--speed`: the drafter's time for one engine step at every shape of the dense H200 anchor, as a share
 of its plain decode step, side by side: own context (fixed length at cap 3, match length at cap 16) and
-group + prompt store at caps 3 and 16 (`speed.anchor_shares`, Qwen responses in groups of 16 on a shared
-512-token prompt, SPEED_SIBLINGS; a revisit whose store holds each sibling's own text, so drafts run near
-the cap; SPEED_REPEATS repeats on other windows).
+group + prompt store at caps 3 and 16, and at 16 with count_prior 4, the default before issue 47
+(`speed.anchor_shares`, Qwen responses in groups of 16 on a shared 512-token prompt, SPEED_SIBLINGS; a revisit
+whose store holds each sibling's own text, so drafts run near the cap; SPEED_REPEATS repeats on other windows).
 """
 
 from __future__ import annotations
@@ -187,6 +187,8 @@ def run_speed(match: DraftConfig, out: Path) -> dict:
         "match_cap16": replace(match, group_aware=False),
         "group_store_cap3": DraftConfig(group_aware=True, prompt_store=True),
         "group_store_cap16": replace(match, group_aware=True, prompt_store=True),
+        # the counted policy's scoring before issue 47 (count_prior 4), timed in the same steps
+        "group_store_cap16_prior4": replace(match, group_aware=True, prompt_store=True, count_prior=4.0),
     }
     t0 = time.perf_counter()
     shares = speed.anchor_shares(corpus, speed.anchor_steps(ANCHOR), configs, SPEED_REPEATS, SPEED_SIBLINGS)
