@@ -284,7 +284,8 @@ print(json.dumps({"vllm": vllm.__version__, "vllm_file": vllm.__file__, "sam_rol
     seen = json.loads(result.stdout.strip().splitlines()[-1])
     assert seen["vllm"] == VLLM and seen["vllm_file"].startswith(str(tmp_path / "cp311"))
     assert seen["sam_rollout_file"].startswith(str(tmp_path / "cp311")), "SAM must come from the project wheel"
-    assert seen["llm"] == "vllm.entrypoints.llm" and seen["routes"] == ["custom_class"]
+    # 0.26 offers the speculator route too (GPU only: the engine refuses it on this CPU platform)
+    assert seen["llm"] == "vllm.entrypoints.llm" and seen["routes"] == ["custom_class", "speculator"]
     assert seen["plugins"] == {"sam_spec_rollout": "sam_rollout.plugin:register"}  # found through the entry point
 
 
