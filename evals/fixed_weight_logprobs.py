@@ -12,15 +12,15 @@ Trainer: verl's actor (``ActorRolloutRefWorker``, role actor, FSDP2 on the CPU; 
 the same checkpoint scores every response as the trainer's ``compute_log_prob`` does.
 
 Reported, per arm: verl's ``compute_offpolicy_metrics`` over all responses (the ``rollout_corr/*`` values
-a training step logs) and per response; per token, delta = engine - trainer by where the token came
-from: ``prefill`` (the first token, from the prefill's logits), ``plain`` (a decode step with no drafts),
-``undrafted_row`` (a step where other rows had drafts),
-``accepted_i`` (the draft token at position i, accepted), ``bonus`` (after every draft was accepted),
-``recovered`` (resampled at the first rejected position); and the engine's returned log-prob against the
-probe's recomputation (the sampler's own arithmetic). Between arms: the ratio of the means of
-``k3_kl`` and ``chi2_token`` (token means, as verl's) with a bootstrap interval and the smallest change it
-detects with 80% power, and two-sample tests of the per-response metrics
-(``evals.two_sample_stats``).
+a training step logs, float32 as there, and float64) and per response; per token, delta = engine - trainer
+by where the token came from: ``prefill`` (the first token, from the prefill's logits), ``plain`` (a decode
+step with no drafts), ``undrafted_row`` (a step where other rows had drafts), ``accepted_i`` (the draft
+token at position i, accepted), ``bonus`` (after every draft was accepted), ``recovered`` (resampled at the
+first rejected position); and the engine's returned log-prob against the probe's recomputation (the
+sampler's own arithmetic). Between arms: the ratio of the means of ``k3_kl`` and ``chi2_token`` (token
+means, as verl's) with a bootstrap interval and the smallest change it detects with 80% power, two-sample
+tests of the per-response metrics (``evals.two_sample_stats``), and the token-level view: mean |delta| of
+SAM's drafted-step tokens over the baseline's decode tokens of equal likelihood.
 
 fp32 (the preset) or bf16 (``--dtype bfloat16``: the engine's ``dtype`` and the actor's FSDP
 ``mixed_precision.param_dtype``, verl's GPU default).
@@ -33,6 +33,7 @@ import math
 import os
 import pickle
 import platform
+import re
 import sys
 import time
 from collections import defaultdict
@@ -51,7 +52,9 @@ DTYPES = {  # --dtype: the engine's dtype and the actor's FSDP compute dtype
         "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=bf16",
     ],
 }
-METRICS = ("kl", "k3_kl", "chi2_token", "log_ppl_diff", "chi2_seq")  # verl's names, per response
+# verl's token means, per response (a response's log_ppl_diff is its kl: both are its mean engine - trainer
+# gap; chi2_seq is in each arm's rollout_corr)
+METRICS = ("kl", "k3_kl", "chi2_token")
 RATIO_METRICS = ("k3_kl", "chi2_token")  # the issue's verdict: ratio of the arms' means
 TARGET_CHANGE = 0.2  # the verdict needs power to detect a 20% change of the ratio
 
@@ -104,6 +107,21 @@ def responses_with_origins(result: fwl.ArmResult) -> list[dict]:
         out.append({"prompt": p, "tokens": tokens, "engine": logprobs, "origins": origins, "ref32": ref32,
                     "ref64": ref64})  # fmt: skip
     return out
+
+
+def sampler_pit(result: fwl.ArmResult, seed: int = 0) -> dict | None:
+    """Do the engine's tokens follow the logits they were sampled from? Each emitted token's randomised
+    probability integral transform in its own row, above + U x p(token) (``above``: the mass of likelier
+    tokens), is uniform on [0, 1] for a correct sampler: an accepted draft, a recovered or bonus token alike
+    is a draw from its verification row given the tokens before it. Mean and z (sd 1/sqrt(12 n)) over every
+    emitted token of the arm; None when the probe did not record ``mass_above``."""
+    records = [r for r in result.probe if not r["discarded"]]
+    if not records or "mass_above" not in records[0]:
+        return None
+    rng = np.random.default_rng(seed)
+    u = np.asarray([a + rng.random() * math.exp(lp) for r in records
+                    for a, lp in zip(r["mass_above"], r["reference64"])])  # fmt: skip
+    return {"tokens": len(u), "mean": float(u.mean()), "z": float((u.mean() - 0.5) * math.sqrt(12 * len(u)))}
 
 
 # -- verl's metrics ------------------------------------------------------------------------------------------
@@ -192,37 +210,45 @@ def logprob_bin(trainer_logprob: float) -> int:
     return sum(trainer_logprob < edge for edge in LOGPROB_BINS)
 
 
-def drafted_against_plain(responses: list[dict], trainer: list[list[float]], reps: int = 4000, seed: int = 0) -> dict:
-    """Within the SAM arm: mean |delta| of tokens from drafted steps (accepted, bonus, recovered) over that of
-    plain-step tokens. The two differ in what tokens they hold (an accepted draft is a likely token, a
-    recovered one an unlikely one) and |delta| grows as a token's log-prob falls, so both are taken within
-    bins of the trainer's log-prob and weighted by the plain tokens' bins. Bootstrap over responses (a
-    response's tokens move together)."""
-    drafted = ("accepted", "bonus", "recovered")
-    bins = len(LOGPROB_BINS) + 1
-    s = np.zeros((len(responses), 2, bins, 2))  # response, (drafted, plain), bin, (|delta| sum, count)
+DRAFTED = ("accepted", "bonus", "recovered")  # origins of tokens from a step where the row had drafts
+
+
+def _binned_gaps(responses: list[dict], trainer: list[list[float]], origins) -> np.ndarray:
+    """[response, bin, (|delta| sum, tokens)] over the tokens whose origin starts with one of ``origins``."""
+    out = np.zeros((len(responses), len(LOGPROB_BINS) + 1, 2))
     for i, (r, t) in enumerate(zip(responses, trainer)):
         for o, e, tr in zip(r["origins"], r["engine"], t):
-            k = 0 if o.startswith(drafted) else 1 if o == "plain" else None
-            if k is not None:
-                s[i, k, logprob_bin(tr)] += (abs(e - tr), 1)
+            if o.startswith(origins):
+                out[i, logprob_bin(tr)] += (abs(e - tr), 1)
+    return out
 
-    def ratio(sums):  # sums: [..., 2, bins, 2]
+
+def drafted_against_decode(sam: tuple, baseline: tuple, reps: int = 4000, seed: int = 0) -> dict:
+    """Mean |delta| of the SAM arm's tokens from drafted steps (accepted, bonus, recovered) over that of the
+    baseline arm's decode tokens: the same policy and prompts, sampled independently. The two hold different
+    tokens (an accepted draft is a likely token, a recovered one an unlikely one) and |delta| grows as a
+    token's log-prob falls, so both are taken within bins of the trainer's log-prob and weighted by the
+    baseline's bins. (The SAM arm's own undrafted decode steps are no reference: they are the steps where
+    the switch or the drafter gave up, not a sample of positions.) ``sam``, ``baseline``: (responses,
+    trainer log-probs). Bootstrap over each arm's responses (a response's tokens move together)."""
+    drafted, decode = _binned_gaps(*sam, DRAFTED), _binned_gaps(*baseline, ("plain",))
+
+    def ratio(d, p):  # [..., bins, 2] each
         with np.errstate(divide="ignore", invalid="ignore"):
-            means = sums[..., 0] / sums[..., 1]
-            weights = np.where((sums[..., 0, :, 1] > 0) & (sums[..., 1, :, 1] > 0), sums[..., 1, :, 1], 0)
-            drafted_mean, plain_mean = np.nan_to_num(means[..., 0, :]), np.nan_to_num(means[..., 1, :])
-            return (weights * drafted_mean).sum(-1) / (weights * plain_mean).sum(-1)
+            weights = np.where((d[..., 1] > 0) & (p[..., 1] > 0), p[..., 1], 0)
+            d_mean, p_mean = np.nan_to_num(d[..., 0] / d[..., 1]), np.nan_to_num(p[..., 0] / p[..., 1])
+            return (weights * d_mean).sum(-1) / (weights * p_mean).sum(-1)
 
-    total = s.sum(axis=0)
-    if (total[0, :, 1] * total[1, :, 1]).sum() == 0:
+    total_d, total_p = drafted.sum(axis=0), decode.sum(axis=0)
+    if (total_d[:, 1] * total_p[:, 1]).sum() == 0:
         return {"defined": False}
-    pick = np.random.default_rng(seed).integers(0, len(s), size=(reps, len(s)))
-    boot = ratio(s[pick].sum(axis=1))
-    boot = boot[np.isfinite(boot)]
-    low, high = np.quantile(boot, [0.025, 0.975])
-    return {"defined": True, "ratio": float(ratio(total)), "ci95": [float(low), float(high)],
-            "drafted_tokens": int(total[0, :, 1].sum()), "plain_tokens": int(total[1, :, 1].sum()),
+    rng = np.random.default_rng(seed)
+    boot_d = drafted[rng.integers(0, len(drafted), size=(reps, len(drafted)))].sum(axis=1)
+    boot_p = decode[rng.integers(0, len(decode), size=(reps, len(decode)))].sum(axis=1)
+    boot = ratio(boot_d, boot_p)
+    low, high = np.quantile(boot[np.isfinite(boot)], [0.025, 0.975])
+    return {"defined": True, "ratio": float(ratio(total_d, total_p)), "ci95": [float(low), float(high)],
+            "drafted_tokens": int(total_d[:, 1].sum()), "baseline_decode_tokens": int(total_p[:, 1].sum()),
             "logprob_bins": list(LOGPROB_BINS)}  # fmt: skip
 
 
@@ -239,14 +265,21 @@ def compare(arms: dict[str, dict], alpha: float = stats.ALPHA, reps: int = 4000)
                       "z_p": z.p_value, "mann_whitney_p": stats.mann_whitney(a["per_response"][m],
                                                                             b["per_response"][m]).p_value})  # fmt: skip
     level = alpha / (2 * len(tests))
+    for t in tests:  # the z test's power: the per-response mean shift it detects 80% of the time
+        t["min_detectable_shift_80pct"] = stats.min_detectable_shift(t["se"], level)
     rejected = [f"{t['metric']} ({name})" for t in tests for name in ("z_p", "mann_whitney_p") if t[name] < level]
     ratios = {
         m: stats.weighted_mean_ratio(a["per_response"][m], a["n_tokens"], a["prompt"],
                                      b["per_response"][m], b["n_tokens"], b["prompt"], alpha=alpha, reps=reps)
         for m in RATIO_METRICS
     }  # fmt: skip
-    return {"ratio_of_means": ratios, "tests": tests, "alpha_familywise": alpha, "alpha_per_test": level,
-            "rejected": rejected, "verdict": verdict(ratios, rejected)}  # fmt: skip
+    out = {"ratio_of_means": ratios, "tests": tests, "alpha_familywise": alpha, "alpha_per_test": level,
+           "rejected": rejected, "verdict": verdict(ratios, rejected)}  # fmt: skip
+    if "mean_logprob" in a and "mean_logprob" in b:  # not a gap: do both arms sample alike (lossless)?
+        diff = stats.stratified_mean_difference(a["mean_logprob"], a["prompt"], b["mean_logprob"], b["prompt"])
+        out["sampled_likelihood"] = {"mean_trainer_logprob_difference_sam_minus_baseline": diff.difference,
+                                     "se": diff.se, "z_p": diff.z_test().p_value}  # fmt: skip
+    return out
 
 
 def verdict(ratios: dict, rejected: list[str]) -> str:
@@ -294,6 +327,25 @@ def trainer_log_probs(results: dict, model: str, dtype: str, prompts: int = fwl.
     return out | {"distinct_sequences": len(distinct), "trainer_s": round(seconds, 1)}
 
 
+def engine_only_report(results: dict) -> dict:
+    """No trainer: does each arm sample what its own logits say (``sampler_pit`` over every emitted token),
+    and do the arms' responses have the same likelihood (the per-response mean of the engine's log-probs,
+    prompt-stratified, SAM - baseline)? A replicate of the ``sampled_likelihood`` check at a fraction of
+    the cost: the engine's log-prob of a sampled token is the trainer's within ~0.02 in bf16."""
+    arms, per = {}, {}
+    for arm, result in results.items():
+        responses = [r for r in responses_with_origins(result) if r["tokens"]]
+        per[arm] = ([float(np.mean(r["engine"])) for r in responses], [r["prompt"] for r in responses])
+        sam = {k: v for k, v in result.sam.items() if k in ("acceptance_length", "spec_on_fraction")}
+        arms[arm] = {"responses": len(responses), "tokens": sum(len(r["tokens"]) for r in responses),
+                     "sampler_pit": sampler_pit(result), "sam": sam}  # fmt: skip
+    diff = stats.stratified_mean_difference(*per["sam"], *per["baseline"])
+    low, high = diff.interval()
+    return {"arms": arms, "sampled_likelihood": {
+        "mean_engine_logprob_difference_sam_minus_baseline": diff.difference, "se": diff.se,
+        "ci95": [low, high], "z_p": diff.z_test().p_value}}  # fmt: skip
+
+
 def build_report(results: dict, scored: dict, dtype: str, prompts: int = fwl.PROMPTS) -> dict:
     """Every figure of the report from the arms' engine results and the trainer's log-probs."""
     rounds = len(results["sam"].lengths) // (prompts * fwl.SAMPLES_PER_PROMPT_PER_WAVE)
@@ -311,14 +363,19 @@ def build_report(results: dict, scored: dict, dtype: str, prompts: int = fwl.PRO
             "rollout_corr": offpolicy_metrics(trainer, engine),
             "rollout_corr_fp64": offpolicy_metrics(trainer, engine, float64=True),
             "by_origin": origin_table(responses, trainer),
-            "drafted_over_plain_abs_delta": drafted_against_plain(responses, trainer),
+            "sampler_pit": sampler_pit(result),
             # per response, for recomputing the comparison
             "prompt": [r["prompt"] for r in responses],
             "n_tokens": [len(r["tokens"]) for r in responses],
             # rounded as the artifact keeps them, so that the comparison recomputes from the artifact
             "per_response": rounded(per_response_metrics(trainer, engine)),
+            "mean_logprob": rounded([float(np.mean(t)) for t in trainer]),  # the trainer's, per response
         }
     report["comparison"] = compare(report["arms"])
+    report["comparison"]["drafted_over_baseline_decode_abs_delta"] = drafted_against_decode(
+        (scored["sam"]["responses"], scored["sam"]["trainer"]),
+        (scored["baseline"]["responses"], scored["baseline"]["trainer"]),
+    )
     return report
 
 
@@ -335,6 +392,8 @@ def pooled_report(reports: list[dict]) -> dict:
             "n_tokens": [n for a in parts for n in a["n_tokens"]],
             "per_response": {m: [x for a in parts for x in a["per_response"][m]] for m in METRICS},
         }
+        if all("mean_logprob" in a for a in parts):
+            arms[arm]["mean_logprob"] = [x for a in parts for x in a["mean_logprob"]]
         tokens = np.asarray(arms[arm]["n_tokens"], dtype=np.float64)
         arms[arm]["token_means_fp64"] = {
             m: float(np.dot(arms[arm]["per_response"][m], tokens) / tokens.sum()) for m in ("kl", "k3_kl", "chi2_token")
@@ -356,6 +415,14 @@ def rounded(x, digits: int = 4):
     return x
 
 
+def write_report(path: str, report: dict) -> None:
+    """JSON, rounded, with each list of numbers on one line (the per-response arrays)."""
+    text = json.dumps(rounded(report), indent=1)
+    text = re.sub(r"\[\s+([-+0-9.e,\s]+?)\s+\]", lambda m: "[" + re.sub(r"\s+", "", m.group(1)) + "]", text)
+    with open(path, "w") as f:
+        f.write(text + "\n")
+
+
 def format_summary(report: dict) -> str:
     lines = [f"dtype {report['dtype']}: verdict {report['comparison']['verdict']}"]
     for arm, a in report["arms"].items():
@@ -367,9 +434,10 @@ def format_summary(report: dict) -> str:
             lines.append(f"  {o:>14}: {row['tokens']:6d} tokens, mean |delta| {row['mean_abs_delta']:.3g}, "
                          f"mean delta {row['mean_delta']:+.3g}, max |engine - probe| "
                          f"{row['max_abs_engine_minus_probe_fp32']:.3g}")  # fmt: skip
-        d = a["drafted_over_plain_abs_delta"]
-        if d.get("defined"):
-            lines.append(f"  drafted / plain mean |delta| {d['ratio']:.3f} [{d['ci95'][0]:.3f}, {d['ci95'][1]:.3f}]")
+    d = report["comparison"]["drafted_over_baseline_decode_abs_delta"]
+    if d.get("defined"):
+        lines.append(f"SAM's drafted-step tokens / baseline's decode tokens, mean |delta| by log-prob bin: "
+                     f"{d['ratio']:.3f} [{d['ci95'][0]:.3f}, {d['ci95'][1]:.3f}]")  # fmt: skip
     for m, r in report["comparison"]["ratio_of_means"].items():
         if r.get("log_ratio_defined"):
             lines.append(f"ratio of means {m} (SAM / baseline) {r['ratio']:.3f} [{r['ratio_ci'][0]:.3f}, "
@@ -395,12 +463,14 @@ def main(argv=None) -> int:
                    "megabytes: not an artifact)")  # fmt: skip
     p.add_argument("--from-raw", metavar="RAW", help="no engine, no actor: the report from a --raw pickle")
     p.add_argument("--pool", nargs="+", metavar="REPORT", help="no engine: the comparison on these reports pooled")
+    p.add_argument("--engine-only", action="store_true",
+                   help="no actor: each arm's sampler against its own logits, and the arms' likelihoods")  # fmt: skip
     args = p.parse_args(argv)
     if args.pool:
         pooled = pooled_report(fwl.load_reports(args.pool)) | {"reports": args.pool}
         print(json.dumps(pooled["comparison"]["ratio_of_means"], indent=1), pooled["comparison"]["verdict"])
         if args.json:
-            fwl.write_json(args.json, rounded(pooled))
+            write_report(args.json, pooled)
         return 0
     if args.rounds < 1 or args.prompts < fwl.WAVE_PROMPTS:
         p.error(f"--rounds must be >= 1 and --prompts >= {fwl.WAVE_PROMPTS}")
@@ -408,7 +478,9 @@ def main(argv=None) -> int:
     if args.from_raw:
         with open(args.from_raw, "rb") as f:
             raw = pickle.load(f)
-        results, scored, meta = raw["results"], raw["scored"], raw["meta"]
+        results, scored, meta = raw["results"], raw.get("scored"), raw["meta"]
+        if scored is None:  # an --engine-only run's pickle
+            return _finish(args.json, engine_only_report(results) | meta)
         for arm in ARMS:  # origins as this version labels them
             scored[arm]["responses"] = [r for r in responses_with_origins(results[arm]) if r["tokens"]]
     else:
@@ -416,9 +488,10 @@ def main(argv=None) -> int:
         t0 = time.perf_counter()
         seeds = dict(zip(ARMS, args.seeds))
         results = generate(model, args.rounds, seeds, args.dtype, args.prompts)
-        scored = trainer_log_probs(results, model, args.dtype, args.prompts)
+        scored = None if args.engine_only else trainer_log_probs(results, model, args.dtype, args.prompts)
         meta = {
-            "what": "rollout log-probs, SAM on vs off at fixed weights, against verl's actor (CPU preset, verl env)",
+            "what": "rollout log-probs, SAM on vs off at fixed weights, "
+            + ("the engines only" if args.engine_only else "against verl's actor (CPU preset, verl env)"),
             "command": "python -m evals.fixed_weight_logprobs " + " ".join(argv if argv is not None else sys.argv[1:]),
             "dtype": args.dtype,
             "prompts": args.prompts,
@@ -428,11 +501,20 @@ def main(argv=None) -> int:
         }
         if args.raw:
             with open(args.raw, "wb") as f:
-                pickle.dump({"results": results, "scored": scored, "meta": meta}, f)
+                pickle.dump({"results": results, "meta": meta} | ({"scored": scored} if scored else {}), f)
+        if scored is None:
+            return _finish(args.json, engine_only_report(results) | meta)
     report = build_report(results, scored, meta["dtype"], meta["prompts"]) | meta
     print(format_summary(report))
     if args.json:
-        fwl.write_json(args.json, rounded(report))
+        write_report(args.json, report)
+    return 0
+
+
+def _finish(path: str | None, engine_only: dict) -> int:
+    print(json.dumps(rounded({k: engine_only[k] for k in ("arms", "sampled_likelihood")}), indent=1))
+    if path:
+        write_report(path, engine_only)
     return 0
 
 

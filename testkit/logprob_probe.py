@@ -57,6 +57,7 @@ def _recording(sample, runner, records: list):
         # before the sampler edits logits in place
         reference = logits.log_softmax(dim=-1, dtype=torch.float32)
         reference64 = logits.to(torch.float64).log_softmax(dim=-1)
+        probs = reference64.exp()
         out = sample(logits, spec_decode_metadata)
         emitted = out.sampled_token_ids.tolist()
         step_drafted = any(drafts)
@@ -70,6 +71,10 @@ def _recording(sample, runner, records: list):
                 "tokens": tokens,
                 "reference": [float(reference[rows[i][j], t]) for j, t in enumerate(tokens)],
                 "reference64": [float(reference64[rows[i][j], t]) for j, t in enumerate(tokens)],
+                # the probability of the tokens likelier than it, in its row: a sampled token's randomised
+                # PIT, above + U x p(token), is uniform on [0, 1] (sampler checks)
+                "mass_above": [float(probs[rows[i][j]][probs[rows[i][j]] > probs[rows[i][j], t]].sum())
+                               for j, t in enumerate(tokens)],  # fmt: skip
                 "discarded": bool(discarded[i]),
             })  # fmt: skip
         return out

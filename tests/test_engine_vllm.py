@@ -69,14 +69,17 @@ def sam_metrics(llm) -> dict:
 
 @pytest.fixture(scope="module", autouse=True)
 def _worker_path():
-    """Engine processes must import `rollout` and `sam` from this checkout."""
-    old = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO)] + ([old] if old else []))
+    """Engine processes must import `rollout` and `sam` from this checkout; the log-prob probe is sent to
+    the worker as a callable (collective_rpc), which needs insecure serialization from the engine's start."""
+    saved = {k: os.environ.get(k) for k in ("PYTHONPATH", "VLLM_ALLOW_INSECURE_SERIALIZATION")}
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO)] + ([saved["PYTHONPATH"]] if saved["PYTHONPATH"] else []))
+    os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
     yield
-    if old is None:
-        os.environ.pop("PYTHONPATH", None)
-    else:
-        os.environ["PYTHONPATH"] = old
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
 
 
 @pytest.fixture(scope="module")
@@ -205,6 +208,70 @@ def test_grpo_siblings(sam_llm, prompts):
     flushed = sam_metrics(sam_llm)
     assert flushed["live_requests"] <= 1, flushed
     assert flushed["requests_finished"] >= flushed["requests_started"] - 1
+
+
+def _probed(llm, inputs, params):
+    """Generate with testkit.logprob_probe recording the worker's sampling steps: (outputs, records)."""
+    from testkit import logprob_probe
+
+    assert llm.collective_rpc(logprob_probe.install) == [True]
+    try:
+        outs = llm.generate(inputs, params, use_tqdm=False)
+        (records,) = llm.collective_rpc(logprob_probe.collect)
+    finally:
+        llm.collective_rpc(logprob_probe.uninstall)
+    return outs, records
+
+
+def test_returned_logprobs_are_the_log_softmax_of_the_logits_each_token_was_sampled_from(sam_llm, prompts):
+    """Requests with logprobs set, SAM drafting every step: each returned log-prob equals the fp32 log-softmax
+    of the logits row its token was sampled from (within 1e-5), for accepted drafts at every position, the
+    bonus token, the token recovered after a rejection, rows without drafts and the prefill's token; logprobs=2
+    also returns the 2 most likely tokens with their ranks. verl asks for logprobs=0."""
+    from evals.fixed_weight_logprobs import token_origins
+
+    greedy = SamplingParams(temperature=0.0, max_tokens=64, ignore_eos=True, logprobs=0)
+    sampled = SamplingParams(temperature=1.0, max_tokens=64, logprobs=2)
+    checked = {}
+    for params in (greedy, sampled):
+        outs, records = _probed(sam_llm, as_inputs(prompts[:4]), params)
+        by_request = {}
+        for r in records:
+            by_request.setdefault(r["req_id"].rsplit("-", 1)[0], []).append(r)
+        for out in outs:
+            o = out.outputs[0]
+            origins, reference, _ = token_origins(by_request[out.request_id], len(o.token_ids))
+            for token, step, origin, ref in zip(o.token_ids, o.logprobs, origins, reference):
+                assert abs(step[token].logprob - ref) <= 1e-5, (origin, step[token].logprob, ref)
+                checked[origin] = checked.get(origin, 0) + 1
+                ranked = sorted((lp.rank, lp.logprob) for lp in step.values())
+                assert len(step) in (params.logprobs, params.logprobs + 1)  # the token, if not among the top
+                assert [rank for rank, _ in ranked[: params.logprobs]] == list(range(1, params.logprobs + 1))
+                assert all(a[1] >= b[1] for a, b in zip(ranked, ranked[1:]))
+    print(f"tokens checked by origin: {checked}")
+    for origin in ("prefill", "accepted_1", "accepted_2", "accepted_3", "bonus", "recovered"):
+        assert checked.get(origin, 0) > 0, (origin, checked)
+
+
+def test_steps_without_drafts_return_what_a_plain_engine_returns(sam_llm, plain_run, prompts):
+    """SAM paused (no drafts in any step): greedy tokens are the plain engine's, and their log-probs agree
+    within float32 rounding (the speculative engine's batches are shaped differently)."""
+    from testkit.precision import greedy_with_logprobs
+
+    assert sam_llm.collective_rpc("sam_spec_pause", args=(True,)) == [True]
+    try:
+        before = counters(sam_llm)
+        paused = greedy_with_logprobs(sam_llm, prompts[:PRECISION_PROMPTS], PRECISION_TOKENS)
+        assert delta(counters(sam_llm), before).get("num_drafts", 0) == 0
+    finally:
+        sam_llm.collective_rpc("sam_spec_pause", args=(False,))
+    plain = plain_run[1].generated
+    assert [tokens for tokens, _ in paused] == [tokens for tokens, _ in plain]
+    assert [len(lp) for _, lp in paused] == [len(tokens) for tokens, _ in plain]
+    pairs = [(a, b) for (_, x), (_, y) in zip(paused, plain) for a, b in zip(x, y)]
+    differ = [(a, b) for a, b in pairs if a != b]  # -inf equals -inf; NaN differs from everything
+    assert all(abs(a - b) <= 1e-5 for a, b in differ), differ
+    print(f"max |log-prob, SAM paused - plain|: {max((abs(a - b) for a, b in differ), default=0.0):.3g}")
 
 
 def test_threshold_switches_speculation_off_and_on(model_dir, prompts, reference):

@@ -3,7 +3,9 @@ evals/two_sample_stats.py), engine-free: each token's origin from the probe's re
 comparison that must not mistake unlikely tokens for a path effect, and the ratio interval on planted
 ratios."""
 
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -55,45 +57,78 @@ def test_responses_are_matched_to_their_records_by_the_engines_request_id():
         fl.responses_with_origins(Arm)
 
 
-def arm_with_gaps(rng, responses, drafted_scale, drafted_unlikely):
-    """Responses of 10 tokens, half from drafted steps. A token is unlikely (log-prob about -2) with
-    probability 0.8 if it is of the unlikely kind, else 0.2; |delta| = scale x 1e-3 x (1 + |log-prob|) with
-    noise, scale ``drafted_scale`` for drafted tokens. ``drafted_unlikely``: the drafted tokens are mostly the
-    unlikely ones (as recovered tokens are); otherwise both kinds mix alike."""
+def test_sampler_pit_is_uniform_for_a_correct_sampler_and_not_for_a_sharpened_one():
+    rng = np.random.default_rng(3)
+
+    def records(sharpen):
+        out = []
+        for _ in range(4000):
+            p = rng.dirichlet(np.full(20, 0.3))
+            q = p**sharpen / (p**sharpen).sum()  # what the sampler draws from
+            t = int(rng.choice(20, p=q))
+            out.append({"discarded": False, "tokens": [t], "reference64": [math.log(p[t])],
+                        "mass_above": [float(p[p > p[t]].sum())]})  # fmt: skip
+        return type("Arm", (), {"probe": out})
+
+    fair = fl.sampler_pit(records(1.0))
+    assert fair["tokens"] == 4000 and abs(fair["z"]) < 3
+    assert fl.sampler_pit(records(1.1))["z"] < -4  # tokens 10% sharper than their logits say
+    assert fl.sampler_pit(type("Arm", (), {"probe": [record([5])]})) is None  # an older probe's records
+
+
+def test_engine_only_report_compares_the_arms_likelihood_and_checks_each_sampler():
+    def arm(logprobs, sam):
+        class Arm:  # what fixed_weight_lossless.run_arm returns, the fields read here
+            prompt_index = [i % 2 for i in range(len(logprobs))]
+            tokens = [[5] for _ in logprobs]
+            request_ids = [f"q{i}" for i in range(len(logprobs))]
+            probe = [record([5], rid=f"q{i}-0001") for i in range(len(logprobs))]
+
+        Arm.logprobs, Arm.sam = [[x] for x in logprobs], sam
+        return Arm
+
+    lp = list(np.random.default_rng(1).normal(-1.0, 0.5, 60))
+    same = fl.engine_only_report({"sam": arm(lp, {"acceptance_length": 2.0}), "baseline": arm(lp, {})})
+    assert same["sampled_likelihood"]["mean_engine_logprob_difference_sam_minus_baseline"] == 0
+    assert same["arms"]["sam"]["sam"] == {"acceptance_length": 2.0} and same["arms"]["sam"]["tokens"] == 60
+    assert same["arms"]["sam"]["sampler_pit"] is None  # these records carry no mass_above
+    lower = fl.engine_only_report({"sam": arm([x - 0.5 for x in lp], {}), "baseline": arm(lp, {})})
+    d = lower["sampled_likelihood"]
+    assert d["mean_engine_logprob_difference_sam_minus_baseline"] == pytest.approx(-0.5) and d["z_p"] < 1e-6
+
+
+def arm_with_gaps(rng, responses, origin, scale, p_unlikely):
+    """Responses of 10 tokens of one origin; a token is unlikely (log-prob about -2) with probability
+    ``p_unlikely``, and |delta| = scale x 1e-3 x (1 + |log-prob|) with noise."""
     out, trainer = [], []
     for _ in range(responses):
-        origins = ["plain", "accepted_1"] * 5
-        lp, engine = [], []
-        for o in origins:
-            p_unlikely = (0.8 if o != "plain" else 0.2) if drafted_unlikely else 0.5
-            x = -rng.uniform(1.5, 2.5) if rng.random() < p_unlikely else -rng.uniform(0.02, 0.08)
-            scale = drafted_scale if o != "plain" else 1.0
-            lp.append(x)
-            engine.append(x + scale * 1e-3 * (1 - x) * rng.uniform(0.5, 1.5))
-        out.append({"origins": origins, "engine": engine})
+        lp = [-rng.uniform(1.5, 2.5) if rng.random() < p_unlikely else -rng.uniform(0.02, 0.08) for _ in range(10)]
+        engine = [x + scale * 1e-3 * (1 - x) * rng.uniform(0.5, 1.5) for x in lp]
+        out.append({"origins": [origin] * 10, "engine": engine})
         trainer.append(lp)
     return out, trainer
 
 
-def raw_ratio(responses, trainer):
-    gaps = {True: [], False: []}
-    for r, tr in zip(responses, trainer):
-        for o, e, t in zip(r["origins"], r["engine"], tr):
-            gaps[o != "plain"].append(abs(e - t))
-    return np.mean(gaps[True]) / np.mean(gaps[False])
+def raw_ratio(a, b):
+    return np.mean([abs(e - t) for r, tr in zip(*a) for e, t in zip(r["engine"], tr)]) / np.mean(
+        [abs(e - t) for r, tr in zip(*b) for e, t in zip(r["engine"], tr)]
+    )
 
 
-def test_drafted_over_plain_compares_tokens_of_equal_likelihood():
+def test_drafted_over_decode_compares_tokens_of_equal_likelihood():
     rng = np.random.default_rng(0)
-    # drafted tokens mostly unlikely, no path effect: the raw means differ, the binned ratio is 1
-    responses, trainer = arm_with_gaps(rng, 300, 1.0, drafted_unlikely=True)
-    assert raw_ratio(responses, trainer) > 1.5
-    d = fl.drafted_against_plain(responses, trainer, reps=1000)
-    assert d["ci95"][0] < 1 < d["ci95"][1] and abs(d["ratio"] - 1) < 0.05
+    baseline = arm_with_gaps(rng, 300, "plain", 1.0, p_unlikely=0.2)
+    # SAM's drafted tokens mostly unlikely (recovered ones are), no path effect: raw means differ, binned 1
+    sam = arm_with_gaps(rng, 300, "recovered", 1.0, p_unlikely=0.8)
+    assert raw_ratio(sam, baseline) > 1.5
+    d = fl.drafted_against_decode(sam, baseline, reps=1000)
+    assert abs(d["ratio"] - 1) < 0.04 and d["ci95"][1] - d["ci95"][0] < 0.1  # sd about 0.01 over seeds
     # a planted path effect: drafted tokens' gaps 1.3x at equal likelihood
-    responses, trainer = arm_with_gaps(rng, 300, 1.3, drafted_unlikely=True)
-    d = fl.drafted_against_plain(responses, trainer, reps=1000)
+    sam = arm_with_gaps(rng, 300, "accepted_2", 1.3, p_unlikely=0.8)
+    d = fl.drafted_against_decode(sam, baseline, reps=1000)
     assert d["ci95"][0] > 1.15 and d["ratio"] == pytest.approx(1.3, abs=0.06)
+    # undrafted tokens of the SAM arm are not counted as drafted
+    assert not fl.drafted_against_decode(arm_with_gaps(rng, 10, "plain", 1.0, 0.5), baseline)["defined"]
 
 
 def heavy_tailed(rng, n, scale):
@@ -141,3 +176,33 @@ def test_verdict(cis, mdcs, rejected, expected):
     assert fl.verdict(ratios, rejected) == expected
     ratios[fl.RATIO_METRICS[-1]] = {"log_ratio_defined": False}  # no interval: never "agree"
     assert fl.verdict(ratios, rejected) == ("differ" if expected == "differ" else "underpowered")
+
+
+RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+RUNS = sorted(
+    p.name for p in RESULTS.glob("fixed_weight_logprobs_*.json") if not {"pooled", "engine"} & set(p.stem.split("_"))
+)
+
+
+@pytest.mark.parametrize("name", RUNS)
+def test_each_artifact_recomputes_from_its_responses(name):
+    """The comparison (ratios, intervals, tests, verdict) recomputes from the per-response metrics the
+    artifact keeps, and the token means from them are verl's float64 batch values it reports."""
+    report = json.loads((RESULTS / name).read_text())
+    assert report["arms"]["sam"]["sam"]["accepted_tokens"] > 0 and "accepted_1" in report["arms"]["sam"]["by_origin"]
+    again = fl.rounded(fl.compare(report["arms"]))
+    saved = report["comparison"]
+    assert again["ratio_of_means"] == saved["ratio_of_means"] and again["tests"] == saved["tests"]
+    assert again["verdict"] == saved["verdict"]
+    for arm in report["arms"].values():
+        tokens = np.asarray(arm["n_tokens"], dtype=np.float64)
+        k3 = np.dot(arm["per_response"]["k3_kl"], tokens) / tokens.sum()
+        assert k3 == pytest.approx(arm["rollout_corr_fp64"]["k3_kl"], rel=1e-3)
+
+
+def test_pooled_artifacts_recompute_from_their_runs():
+    for path in RESULTS.glob("fixed_weight_logprobs_*pooled*.json"):
+        saved = json.loads(path.read_text())
+        runs = [json.loads((RESULTS / Path(p).name).read_text()) for p in saved["reports"]]
+        again = fl.rounded(fl.pooled_report(runs))
+        assert again["comparison"]["ratio_of_means"] == saved["comparison"]["ratio_of_means"], path.name

@@ -166,6 +166,27 @@ def test_request_state_fields_the_speculator_reads(wheel):
     assert {"req_ids", "num_reqs", "idx_mapping", "idx_mapping_np"} <= fields
 
 
+def test_logprobs_of_verified_tokens_are_their_verification_rows_log_softmax(wheel):
+    """On 0.34 a request's logprobs never reach the speculator (its propose gets temperature and seeds only),
+    and the rejection sampler returns, for the j-th token request i emits in a step, the log-softmax of
+    verification row cu_num_logits[i] + j at that token: raw logits, or the processed ones in a processed
+    mode. So a drafted step returns what the V1 runner's rejection sampler returns (0.23-0.32, the
+    custom_class route, checked on the real engine in tests/test_engine_vllm.py)."""
+    propose = _class(_tree(wheel, SPEC + "speculator.py"), "BaseSpeculator")["propose"]
+    assert not {p for p in _params(propose) if "logprob" in p or "sampling" in p}
+    runner = _source(wheel, RUNNER)
+    assert "elif input_batch.num_draft_tokens == 0 or self.rejection_sampler is None:" in runner  # else: verify
+    verify = _source(wheel, SPEC + "rejection_sampler.py")
+    assert "start_idx = tl.load(cu_num_logits_ptr + req_idx)" in verify
+    assert "tl.store(flat_sampled_ptr + start_idx + i, token_id)" in verify  # the j-th token at row start + j
+    assert "processed_logits if use_processed_logits else logits[lo:hi]," in verify
+    call = verify[verify.index("return compute_topk_scores(") :]
+    assert [line.strip() for line in call.splitlines()[1:4]] == ["logits,", "num_logprobs,", "flat_sampled,"]
+    scores = _source(wheel, "vllm/v1/worker/gpu/sample/logprob.py")
+    assert "logprob_token_ids = sampled_token_ids.unsqueeze(-1)" in scores  # column 0: the emitted token
+    assert "o = logits - max_val - lse" in scores  # fp32 log-softmax (logits.to(tl.float32) above)
+
+
 def _class_body(wheel, path, name):
     (cls,) = [n for n in ast.walk(_tree(wheel, path)) if isinstance(n, ast.ClassDef) and n.name == name]
     return [n for n in cls.body if isinstance(n, ast.AnnAssign)]
