@@ -91,12 +91,12 @@ class StoreServer:
     def restart(self):
         """A new engine: empty prompt stores."""
         from sam_rollout.settings import SamSettings
-        from sam_rollout.stepper import SamStepper
+        from sam_rollout.stepper import SamStepper, StepperAdapter
 
         self.workers = []
         for rank in range(self.size):
-            stepper = SamStepper(SamSettings.from_mapping(3, {"prompt_store": True}), max_model_len=256)
-            drafter = SimpleNamespace(stepper=stepper)
+            drafter = StepperAdapter()  # what every engine adapter is (SAM's RPCs go through with_stepper)
+            drafter.stepper = SamStepper(SamSettings.from_mapping(3, {"prompt_store": True}), max_model_len=256)
             self.workers.append(SimpleNamespace(rank=rank, model_runner=SimpleNamespace(drafter=drafter)))
 
     def visit(self, prompt, response):
