@@ -33,7 +33,14 @@ def test_install_registers_the_sam_replica_under_vllm():
 @pytest.mark.parametrize(
     "recipe,name,threshold,k,seqs,tp",
     [
-        ("dapo_qwen3_32b", "dapo_qwen3_32b", 8, 3, 128, 8),
+        (
+            "dapo_qwen3_32b",
+            "dapo_qwen3_32b",
+            8,
+            16,
+            128,
+            8,
+        ),  # a cap of 16, match-scaled (RESULTS, the recipes' draft cap)
         ("dapo_qwen3_32b", "dapo_qwen3_32b_8node", 4, 4, 256, 8),
         ("dapo_qwen3_235b", "dapo_qwen3_235b", 8, 3, 64, 4),
     ],
@@ -102,7 +109,7 @@ SPECULATIVE = "actor_rollout_ref.rollout.engine_kwargs.vllm.speculative_config"
 SAM_METHOD = (  # vLLM 0.34's engine kwargs (sam_rollout.vllm.speculator.sam_method_engine_kwargs) in a recipe
     f"{SPECULATIVE}.method=sam",
     f"~{SPECULATIVE}.model",
-    f"+{SPECULATIVE}.num_speculative_tokens_per_batch_size=[[1,8,3],[9,128,0]]",
+    f"+{SPECULATIVE}.num_speculative_tokens_per_batch_size=[[1,8,16],[9,128,0]]",  # the 32B recipe: k 16, switch 8
 )
 
 
@@ -113,8 +120,8 @@ def test_method_sam_reaches_vllm_as_asked_and_the_npu_route_on_an_npu(monkeypatc
     args = server_args(cfg)
     assert args.speculative_config == {
         "method": "sam",
-        "num_speculative_tokens": 3,
-        "num_speculative_tokens_per_batch_size": [[1, 8, 3], [9, 128, 0]],
+        "num_speculative_tokens": 16,
+        "num_speculative_tokens_per_batch_size": [[1, 8, 16], [9, 128, 0]],
     }
     assert args.additional_config["sam_spec"]["switch"] == 8
     sam = replica.SamvLLMReplica(0, cfg, None, gpus_per_node=16)
